@@ -1,0 +1,54 @@
+/* tapdiff: the one interface every forward implements (the reference too),
+ * so any arm can be compared with any other. A table of function pointers
+ * plus a context, like ggml's backends and dav1d's DSP tables; optional
+ * entries say so. */
+#ifndef TD_BACKEND_H
+#define TD_BACKEND_H
+
+#include "model.h"
+#include "tap.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef struct td_backend_params {
+    int threads;           /* 0 = backend default */
+    uint32_t n_ctx;        /* KV capacity in positions (prompt + decode steps) */
+    const char *inject;    /* named fault (cpu backend), NULL = none */
+    const char *profile;   /* arithmetic profile to emulate, NULL = native */
+} td_backend_params;
+
+typedef struct td_backend td_backend;
+
+typedef struct td_backend_vt {
+    const char *name;       /* "ref", "ref32", "cpu", ... */
+    const char *precision;  /* "f64", "f32", ... (tap file attribute) */
+    /* Allocate state for `model` (borrowed; outlives the backend). */
+    int (*open)(td_backend **out, const td_model *model, const td_backend_params *p, td_err *err);
+    /* One forward over n_tokens tokens at positions pos0..pos0+n_tokens-1,
+     * appending to the KV cache. Emits taps into `sink` (NULL = off) inside
+     * the step the caller has begun. Writes logits [n_tokens, V] as double. */
+    int (*forward)(td_backend *b, const int32_t *tokens, int64_t n_tokens, int64_t pos0,
+                   td_tap_sink *sink, double *logits, td_err *err);
+    /* Forget the sequence (KV cache, positions). */
+    void (*reset)(td_backend *b);
+    void (*close)(td_backend *b);
+    /* (optional) version / build string for provenance; NULL when absent */
+    const char *(*version)(const td_backend *b);
+} td_backend_vt;
+
+/* Every backend starts with this header so generic code can reach its table. */
+struct td_backend {
+    const td_backend_vt *vt;
+};
+
+/* Registered backends, NULL-terminated; td_backend_find returns NULL for an
+ * unknown name. */
+const td_backend_vt *const *td_backend_list(void);
+const td_backend_vt *td_backend_find(const char *name);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,124 @@
+/* tapdiff: an architecture bound to a GGUF file: hyper-parameters with the
+ * spec's defaults, every tensor the forward needs (checked for presence,
+ * type and shape), and the vocabulary. One loader for every forward, so a
+ * loader bug can never hide as a backend difference.
+ * Facts: ../shared/spec/arch-{llama,qwen3,qwen3moe}.md. */
+#ifndef TD_MODEL_H
+#define TD_MODEL_H
+
+#include "gguf.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum td_arch {
+    TD_ARCH_LLAMA = 0,
+    TD_ARCH_QWEN3 = 1,
+    TD_ARCH_QWEN3MOE = 2,
+} td_arch;
+
+typedef enum td_rope_type {
+    TD_ROPE_NORM = 0, /* adjacent pairs (x[2i], x[2i+1]) */
+    TD_ROPE_NEOX = 2, /* (x[i], x[i+R/2]) */
+} td_rope_type;
+
+typedef enum td_rope_scaling {
+    TD_ROPE_SCALING_NONE = 0,
+    TD_ROPE_SCALING_LINEAR = 1,
+    TD_ROPE_SCALING_YARN = 2,
+} td_rope_scaling;
+
+/* Letters follow the spec: E embedding, H heads, Hkv KV heads, D head dim,
+ * F FFN width (per expert for MoE), X experts, K experts used, V vocab. */
+typedef struct td_hparams {
+    td_arch arch;
+    uint32_t n_ctx_train;
+    uint32_t n_embd;        /* E */
+    uint32_t n_layer;
+    uint32_t n_ff;          /* F: dense FFN width, or expert FFN width for MoE */
+    uint32_t n_head;        /* H */
+    uint32_t n_head_kv;     /* Hkv */
+    uint32_t head_dim;      /* D (key_length == value_length) */
+    uint32_t rope_dims;     /* R */
+    float rms_eps;
+    float rope_base;
+    td_rope_type rope_type;
+    td_rope_scaling rope_scaling;
+    float rope_freq_scale; /* 1/factor */
+    float rope_attn_factor;
+    uint32_t rope_n_ctx_orig;
+    uint32_t n_expert;      /* X; 0 for dense */
+    uint32_t n_expert_used; /* K */
+    uint32_t n_vocab;       /* V */
+} td_hparams;
+
+/* Tensors of one block. Optional ones are NULL when absent. */
+typedef struct td_layer {
+    const td_tensor *attn_norm;                  /* {E} */
+    const td_tensor *wq, *wk, *wv;               /* {E, H*D}, {E, Hkv*D} x2 (NULL if fused) */
+    const td_tensor *wqkv;                       /* {E, (H+2Hkv)*D} fused alternative */
+    const td_tensor *bq, *bk, *bv, *bqkv;        /* optional biases */
+    const td_tensor *wo;                         /* {H*D, E} */
+    const td_tensor *bo;                         /* optional {E} */
+    const td_tensor *q_norm, *k_norm;            /* {D}: qwen3 family */
+    const td_tensor *ffn_norm;                   /* {E} */
+    const td_tensor *ffn_gate, *ffn_up;          /* dense {E, F} */
+    const td_tensor *ffn_down;                   /* dense {F, E} */
+    const td_tensor *ffn_gate_inp;               /* MoE router {E, X} */
+    const td_tensor *ffn_gate_exps, *ffn_up_exps;/* {E, F, X} (gate may be NULL for llama MoE) */
+    const td_tensor *ffn_down_exps;              /* {F, E, X} */
+} td_layer;
+
+typedef enum td_vocab_kind {
+    TD_VOCAB_NONE = 0,
+    TD_VOCAB_SPM = 1,   /* tokenizer.ggml.model = "llama" */
+    TD_VOCAB_BPE = 2,   /* "gpt2" */
+    TD_VOCAB_OTHER = 3,
+} td_vocab_kind;
+
+typedef struct td_vocab {
+    td_vocab_kind kind;
+    char model[32];              /* tokenizer.ggml.model as stored */
+    uint32_t n_tokens;
+    const td_gguf_kv *tokens;    /* array of strings, may be NULL for NONE */
+    const td_gguf_kv *scores;    /* optional */
+    const td_gguf_kv *token_type;/* optional */
+    uint64_t n_merges;
+    int32_t bos_id, eos_id, unk_id; /* -1 when absent */
+} td_vocab;
+
+typedef struct td_model {
+    td_gguf *gguf;
+    td_hparams hp;
+    const td_tensor *tok_embd;    /* {E, V} */
+    const td_tensor *output_norm; /* {E} */
+    const td_tensor *output;      /* {E, V}; == tok_embd when tied */
+    int output_tied;
+    const td_tensor *rope_freqs;  /* optional {R/2} (llama) */
+    td_layer *layers;             /* n_layer entries */
+    td_vocab vocab;
+} td_model;
+
+/* Opens the GGUF, binds the architecture named by general.architecture and
+ * validates hyper-parameters and every tensor shape. */
+int td_model_open(td_model **out, const char *path, td_err *err);
+/* Binds an already-open GGUF (takes ownership of g, also on failure). */
+int td_model_bind(td_model **out, td_gguf *g, td_err *err);
+void td_model_close(td_model *m);
+
+const char *td_arch_name(td_arch a);
+const char *td_rope_type_name(td_rope_type r);
+
+/* The piece of a token as stored in the vocab (SentencePiece "▁" and gpt2
+ * byte-level characters are not translated). NULL when out of range. */
+const char *td_vocab_piece(const td_model *m, int32_t id, uint64_t *len);
+/* Printable text of a token for humans: SentencePiece "▁" -> ' ', <0xNN>
+ * byte tokens -> that byte, gpt2 byte-level 'Ġ' -> ' ', 'Ċ' -> '\n'.
+ * Writes a NUL-terminated string into buf; returns its length. */
+size_t td_vocab_text(const td_model *m, int32_t id, char *buf, size_t bufsz);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
