@@ -1,0 +1,29 @@
+#!/usr/bin/env bash
+# Installs everything tapdiff needs to build and test, from Debian's packages.
+# Idempotent: does nothing when every package is already there.
+set -euo pipefail
+
+PKGS=(
+  build-essential pkg-config meson ninja-build
+  libhdf5-dev        # tap files
+  libcjson-dev       # JSON output and reports
+  libopenblas-dev    # cpu backend prefill GEMM
+  libcriterion-dev   # tests
+  libmd-dev          # SHA-256 (model provenance)
+  python3-h5py python3-numpy   # tests check that h5py reads our tap files
+)
+
+missing=()
+for p in "${PKGS[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+done
+
+if [ ${#missing[@]} -gt 0 ]; then
+  echo "ci/setup.sh: installing ${missing[*]}" >&2
+  SUDO=""
+  if [ "$(id -u)" != 0 ]; then SUDO="sudo"; fi
+  export DEBIAN_FRONTEND=noninteractive
+  $SUDO apt-get update -qq
+  $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+fi
+echo "ci/setup.sh: dependencies present" >&2
