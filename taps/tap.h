@@ -53,9 +53,16 @@ typedef enum td_step_kind {
 } td_step_kind;
 
 #define TD_TAP_MAX_DIMS 4
+/* Longest full tap name, including the terminating NUL ("blk.12.attn_q" is 14). */
+#define TD_TAP_NAME_MAX 128
 
 /* A summary, not a hash: separates wrong (zero, saturated, NaN, another
- * tensor) from last-bits different. Min/max/sums are over finite values. */
+ * tensor) from last-bits different. Values are taken exactly as doubles
+ * (f16/bf16/f32 exactly; i64 beyond 2^53 rounded). min/max/max_abs/sums are
+ * over the finite values only, accumulated in index order in double; when
+ * there is no finite value min = max = max_abs = NaN and the sums are 0.
+ * n_nonzero counts every value that is not +-0, non-finite ones included.
+ * first[] holds the raw values (NaN/inf as they are). */
 typedef struct td_fingerprint {
     uint64_t count;
     uint64_t n_nonfinite;
@@ -67,42 +74,73 @@ typedef struct td_fingerprint {
 
 typedef struct td_tap_options {
     td_tap_mode mode;
-    /* Comma-separated glob patterns over full tap names ("blk.*.attn_*,out.*");
-     * NULL or "" = every tap. A tap that does not match is not written. In
-     * fingerprint mode, non-matching taps still get a fingerprint; in full
-     * mode, they get a fingerprint only. */
+    /* Which taps carry data in full mode: comma-separated fnmatch(3) globs
+     * over full tap names ("blk.*.attn_*,out.*"; '*' also matches '.';
+     * blanks around an item are ignored, empty items too). NULL, "" or only
+     * empty items = every tap. EVERY emitted tap is still recorded (dataset,
+     * seq, fingerprint) whatever the filter says: a tap that does not match
+     * is stored fingerprint-only (has_data = 0), exactly as in fingerprint
+     * mode, so execution order and fingerprints stay complete. In fingerprint
+     * mode the filter changes nothing (it is still recorded in tap_filter). */
     const char *filter;
-    int compress; /* deflate level 0..9 for full data; default 4 */
+    int compress; /* deflate level 0..9 for full data; default 4; 0 = stored
+                     contiguous, uncompressed */
 } td_tap_options;
 
 typedef struct td_tap_sink td_tap_sink;
 
+/* mode = TD_TAP_FULL, filter = NULL (every tap), compress = 4. */
 td_tap_options td_tap_options_default(void);
 
-/* Creates (truncates) the file. Returns 0 or a non-zero status (3 bad input,
- * 99 I/O) with a message in err. */
+/* Creates (truncates) the file; opt NULL = defaults. Returns 0 or a non-zero
+ * status (3 bad input, 99 I/O) with a message in err.
+ * Every function below accepts sink == NULL (taps off) and then does nothing
+ * and returns 0. A sink is used from one thread (serial HDF5). */
 int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *opt, td_err *err);
-/* Root attributes (provenance). Call before the first step. */
+/* Root attributes (provenance), scalar; a key set twice keeps the last value.
+ * The keys written by the sink itself (format, format_version, created,
+ * tap_mode, tap_filter) are refused. Errors are sticky (see td_tap_emit) and
+ * also returned. Best called before the first step; allowed at any time
+ * (durable at the next step_end or close). */
 int td_tap_sink_attr_str(td_tap_sink *s, const char *key, const char *value);
 int td_tap_sink_attr_i64(td_tap_sink *s, const char *key, int64_t value);
 int td_tap_sink_attr_f64(td_tap_sink *s, const char *key, double value);
 
+/* Steps are numbered from 0 in call order; pos0 >= 0, n_tokens >= 1. */
 int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n_tokens, td_err *err);
-/* Flushes: after it returns the step survives a SIGKILL of the process. */
+/* Marks the step complete and commits the file: after it returns 0 the step
+ * (and every earlier one) survives a SIGKILL of the process. */
 int td_tap_step_end(td_tap_sink *s, td_err *err);
 
 /* Emits one tap of the current step. The data is read during the call only.
- * Errors are sticky: the first one is kept and returned by step_end/close
- * (an engine's forward need not check every tap). */
+ * layer >= 0 names it "blk.<layer>.<name>", layer < 0 "<name>" (its layer
+ * attribute is then parsed from a "blk.<N>." prefix, else -1). 1 <= ndim <=
+ * TD_TAP_MAX_DIMS, dims >= 0, data may be NULL only for zero elements; the
+ * full name is at most TD_TAP_NAME_MAX-1 bytes, has no '/' and is not ".".
+ * A name emitted twice in one step is an error.
+ * Errors are sticky: the first one is kept and returned by every later call
+ * (step_begin/step_end/attr/close); after it nothing more is written, and
+ * the file keeps the steps completed before it (an engine's forward need not
+ * check every tap). */
 void td_tap_emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim, const int64_t *shape);
 
+/* Closes and frees the sink (always, even on error). A step begun and not
+ * ended stays in the file with complete = 0, which readers ignore; that is
+ * not an error by itself (error paths close mid-step). Returns the sticky
+ * error if any, else the status of closing the file. */
 int td_tap_sink_close(td_tap_sink *s, td_err *err);
 
 void td_fingerprint_compute(td_fingerprint *fp, td_dtype dtype, const void *data, uint64_t count);
 
+#if defined(__GNUC__) || defined(__clang__)
+#define TD_TAP_UNLIKELY_(c) __builtin_expect(!!(c), 0)
+#else
+#define TD_TAP_UNLIKELY_(c) (c)
+#endif
+/* Taps off (sink == NULL): one branch, no argument but `sink` is evaluated. */
 #define TD_TAP(sink, layer, name, dtype, data, ndim, shape)                     \
     do {                                                                        \
-        if (__builtin_expect((sink) != NULL, 0))                                \
+        if (TD_TAP_UNLIKELY_((sink) != NULL))                                   \
             td_tap_emit((sink), (layer), (name), (dtype), (data), (ndim), (shape)); \
     } while (0)
 

@@ -1,1 +1,750 @@
-/* placeholder: being written */
+/* tapdiff tap-file reader (tapfile.h): validates the schema documented there
+ * and streams steps, tap metadata and tap data out of a tap file, one tap
+ * (or row range) at a time. Also the dtype table and the HDF5 error helpers
+ * the writer shares. Every defect of the file is TD_EINPUT with one line
+ * naming the file, the object, what was expected and what was found. */
+#include <errno.h>
+#include <hdf5.h>
+#include <inttypes.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "tap_internal.h"
+#include "tapfile.h"
+#include "td_common.h"
+
+/* ----------------------------------------------------------------- dtype */
+
+static const char *const dtype_names[] = {"f64", "f32", "f16", "bf16", "i32", "i64"};
+static const size_t dtype_sizes[] = {8, 4, 2, 2, 4, 8};
+#define N_DTYPES ((int)(sizeof dtype_names / sizeof dtype_names[0]))
+
+const char *td_dtype_name(td_dtype dt) {
+    return (int)dt >= 0 && (int)dt < N_DTYPES ? dtype_names[dt] : NULL;
+}
+
+int td_dtype_from_name(const char *name, td_dtype *dt) {
+    for (int i = 0; name && i < N_DTYPES; i++)
+        if (strcmp(name, dtype_names[i]) == 0) {
+            *dt = (td_dtype)i;
+            return 0;
+        }
+    return -1;
+}
+
+size_t td_dtype_size(td_dtype dt) {
+    return (int)dt >= 0 && (int)dt < N_DTYPES ? dtype_sizes[dt] : 0;
+}
+
+int td_dtype_is_int(td_dtype dt) {
+    return dt == TD_DT_I32 || dt == TD_DT_I64;
+}
+
+/* ----------------------------------------------------------- HDF5 errors */
+
+static _Thread_local char h5_saved[512];
+
+static herr_t innermost_cb(unsigned n, const H5E_error2_t *e, void *data) {
+    // Walked upward: n == 0 is the innermost, most specific entry.
+    if (n == 0) snprintf(data, sizeof h5_saved, "%s", e->desc && *e->desc ? e->desc : "HDF5 error, no description");
+    return 0;
+}
+
+void td_taps_h5_save(void) {
+    h5_saved[0] = '\0';
+    H5Ewalk2(H5E_DEFAULT, H5E_WALK_UPWARD, innermost_cb, h5_saved);
+    H5Eclear2(H5E_DEFAULT);
+}
+
+const char *td_taps_h5_last(void) {
+    return h5_saved[0] ? h5_saved : "no detail from HDF5";
+}
+
+void td_taps_h5_quiet(void) {
+    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
+}
+
+/* ---------------------------------------------------------------- reader */
+
+struct td_tapfile {
+    char *path;
+    hid_t file;
+    hid_t steps;      // "/steps"
+    int64_t n_steps;  // complete ones
+    char note[512];
+};
+
+static void step_name(char buf[32], int64_t index) {
+    snprintf(buf, 32, "%06" PRId64, index);
+}
+
+// Reads attribute `name` of `obj` (described as `where` in messages) into
+// buf as mtype, checking its class and that it holds min_n..max_n values
+// (a scalar holds 1). *n (may be NULL) receives the count.
+static int attr_read(const char *path, hid_t obj, const char *where, const char *name, H5T_class_t cls,
+                     hid_t mtype, hssize_t min_n, hssize_t max_n, void *buf, hssize_t *n, td_err *err) {
+    const char *cls_name = cls == H5T_INTEGER ? "an integer" : cls == H5T_FLOAT ? "a float" : "a string";
+    htri_t exists;
+    hid_t attr, type, space;
+    if (!H5OK(exists = H5Aexists(obj, name)))
+        return td_err_set(err, TD_EINPUT, "tap file %s: %s: cannot look up attribute '%s' (%s)", path, where, name,
+                          td_taps_h5_last());
+    if (!exists) return td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' is missing", path, where, name);
+    int st = TD_EINPUT, reported = 0;
+    if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) goto out;
+    if (!H5OK(type = H5Aget_type(attr))) goto close_attr;
+    if (!H5OK(space = H5Aget_space(attr))) goto close_type;
+    H5T_class_t got = H5Tget_class(type);
+    int rank = H5Sget_simple_extent_ndims(space);
+    hssize_t npoints = H5Sget_simple_extent_npoints(space);
+    if (got != cls || rank < 0 || rank > 1 || npoints < min_n || npoints > max_n) {
+        td_err_set(err, TD_EINPUT,
+                   "tap file %s: %s: attribute '%s' should be %s %s of %lld..%lld values; found HDF5 class %d, "
+                   "rank %d, %lld values",
+                   path, where, name, cls_name, max_n > 1 ? "array" : "scalar", (long long)min_n, (long long)max_n,
+                   (int)got, rank, (long long)npoints);
+        reported = 1;
+        goto close_space;
+    }
+    if (!H5OK(H5Aread(attr, mtype, buf))) goto close_space;
+    if (n) *n = npoints;
+    st = TD_OK;
+close_space:
+    H5Sclose(space);
+close_type:
+    H5Tclose(type);
+close_attr:
+    H5Aclose(attr);
+out:
+    if (st != TD_OK && !reported)
+        td_err_set(err, st, "tap file %s: %s: cannot read attribute '%s' (%s)", path, where, name, td_taps_h5_last());
+    return st;
+}
+
+static int attr_i64(const char *path, hid_t obj, const char *where, const char *name, int64_t *v, td_err *err) {
+    return attr_read(path, obj, where, name, H5T_INTEGER, H5T_NATIVE_INT64, 1, 1, v, NULL, err);
+}
+
+static int attr_u64(const char *path, hid_t obj, const char *where, const char *name, uint64_t *v, td_err *err) {
+    return attr_read(path, obj, where, name, H5T_INTEGER, H5T_NATIVE_UINT64, 1, 1, v, NULL, err);
+}
+
+static int attr_f64(const char *path, hid_t obj, const char *where, const char *name, double *v, td_err *err) {
+    return attr_read(path, obj, where, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, 1, v, NULL, err);
+}
+
+// A scalar string attribute, fixed or variable length; *out td_xmalloc'd.
+static int attr_string(const char *path, hid_t obj, const char *where, const char *name, char **out,
+                       td_err *err) {
+    *out = NULL;
+    htri_t exists;
+    hid_t attr, type, space;
+    if (!H5OK(exists = H5Aexists(obj, name)))
+        return td_err_set(err, TD_EINPUT, "tap file %s: %s: cannot look up attribute '%s' (%s)", path, where, name,
+                          td_taps_h5_last());
+    if (!exists) return td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' is missing", path, where, name);
+    int st = TD_EINPUT, reported = 0;
+    if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) goto out;
+    if (!H5OK(type = H5Aget_type(attr))) goto close_attr;
+    if (!H5OK(space = H5Aget_space(attr))) goto close_type;
+    if (H5Tget_class(type) != H5T_STRING || H5Sget_simple_extent_npoints(space) != 1) {
+        td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' should be a scalar string", path, where, name);
+        reported = 1;
+        goto close_space;
+    }
+    htri_t vlen;
+    if (!H5OK(vlen = H5Tis_variable_str(type))) goto close_space;
+    if (vlen) {
+        char *p = NULL;
+        if (!H5OK(H5Aread(attr, type, &p))) goto close_space;
+        *out = td_xstrdup(p ? p : "");
+        H5free_memory(p);
+    } else {
+        // Fixed length: NUL-terminated, NUL-padded or space-padded; the +1
+        // terminates a string that fills the whole size.
+        size_t size = H5Tget_size(type);
+        char *b = td_xcalloc(size + 1, 1);
+        if (!H5OK(H5Aread(attr, type, b))) {
+            free(b);
+            goto close_space;
+        }
+        if (H5Tget_strpad(type) == H5T_STR_SPACEPAD)
+            for (size_t i = size; i > 0 && b[i - 1] == ' '; i--) b[i - 1] = '\0';
+        *out = b;
+    }
+    st = TD_OK;
+close_space:
+    H5Sclose(space);
+close_type:
+    H5Tclose(type);
+close_attr:
+    H5Aclose(attr);
+out:
+    if (st != TD_OK && !reported)
+        td_err_set(err, st, "tap file %s: %s: cannot read attribute '%s' (%s)", path, where, name, td_taps_h5_last());
+    return st;
+}
+
+static void tapfile_free(td_tapfile *f) {
+    if (f->steps >= 0) H5Gclose(f->steps);
+    if (f->file >= 0) H5Fclose(f->file);
+    free(f->path);
+    free(f);
+}
+
+// Counts the complete steps: 000000.. must be exactly the members of /steps,
+// complete = 1 except possibly the last (a writer stopped during it).
+static int scan_steps(td_tapfile *f, td_err *err) {
+    H5G_info_t gi;
+    if (!H5OK(H5Gget_info(f->steps, &gi)))
+        return td_err_set(err, TD_EINPUT, "tap file %s: cannot list /steps (%s)", f->path, td_taps_h5_last());
+    int64_t n = (int64_t)gi.nlinks;
+    for (int64_t i = 0; i < n; i++) {
+        char name[32], where[48];
+        step_name(name, i);
+        snprintf(where, sizeof where, "/steps/%s", name);
+        htri_t ex;
+        if (!H5OK(ex = H5Lexists(f->steps, name, H5P_DEFAULT)) || !ex)
+            return td_err_set(err, TD_EINPUT, "tap file %s: /steps has %" PRId64 " members but no %s (expected steps "
+                              "numbered 000000..%06" PRId64 ")",
+                              f->path, n, name, n - 1);
+        hid_t g;
+        if (!H5OK(g = H5Gopen2(f->steps, name, H5P_DEFAULT)))
+            return td_err_set(err, TD_EINPUT, "tap file %s: %s is not a group (%s)", f->path, where,
+                              td_taps_h5_last());
+        int64_t complete = 0;
+        int st = attr_i64(f->path, g, where, "complete", &complete, err);
+        H5Gclose(g);
+        if (st) return st;
+        if (complete == 1) continue;
+        if (i + 1 < n)
+            return td_err_set(err, TD_EINPUT, "tap file %s: %s has complete = %" PRId64 " but later steps follow",
+                              f->path, where, complete);
+        snprintf(f->note, sizeof f->note,
+                 "tap file %s: step %s is incomplete (complete = %" PRId64 ": the writer stopped during it); "
+                 "ignored, %" PRId64 " complete steps",
+                 f->path, name, complete, i);
+        n = i;
+    }
+    f->n_steps = n;
+    return TD_OK;
+}
+
+int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
+    TD_ASSERT(out != NULL && path != NULL);
+    *out = NULL;
+    td_taps_h5_quiet();
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return td_err_set(err, TD_EINPUT, "tap file %s: cannot open it: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return td_err_set(err, TD_EINPUT, "tap file %s: not a regular file", path);
+    htri_t is_h5;
+    if (!H5OK(is_h5 = H5Fis_hdf5(path)) || !is_h5)
+        return td_err_set(err, TD_EINPUT, "tap file %s: not an HDF5 file%s%s", path, is_h5 < 0 ? ": " : "",
+                          is_h5 < 0 ? td_taps_h5_last() : " (no HDF5 signature)");
+
+    td_tapfile *f = td_xcalloc(1, sizeof *f);
+    f->path = td_xstrdup(path);
+    f->file = f->steps = H5I_INVALID_HID;
+    int st = TD_EINPUT;
+    char *format = NULL;
+    if (!H5OK(f->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT))) {
+        td_err_set(err, st, "tap file %s: cannot open it as HDF5 (%s)", path, td_taps_h5_last());
+        goto fail;
+    }
+    htri_t has_format;
+    if (!H5OK(has_format = H5Aexists(f->file, "format")) || !has_format) {
+        td_err_set(err, st, "tap file %s: no root attribute 'format' (expected \"" TD_TAPFILE_FORMAT
+               "\"): an HDF5 file, but not a tapdiff tap file", path);
+        goto fail;
+    }
+    if ((st = attr_string(path, f->file, "root", "format", &format, err))) goto fail;
+    st = TD_EINPUT;
+    if (strcmp(format, TD_TAPFILE_FORMAT) != 0) {
+        td_err_set(err, st, "tap file %s: root attribute format is \"%.200s\", expected \"" TD_TAPFILE_FORMAT "\"",
+                   path, format);
+        goto fail;
+    }
+    int64_t version = 0;
+    if ((st = attr_i64(path, f->file, "root", "format_version", &version, err))) goto fail;
+    st = TD_EINPUT;
+    if (version != TD_TAPFILE_VERSION) {
+        td_err_set(err, st, "tap file %s: format_version is %" PRId64 ", this tapdiff reads version %d", path,
+                   version, TD_TAPFILE_VERSION);
+        goto fail;
+    }
+    htri_t has_steps;
+    if (!H5OK(has_steps = H5Lexists(f->file, "steps", H5P_DEFAULT)) || !has_steps ||
+        !H5OK(f->steps = H5Gopen2(f->file, "steps", H5P_DEFAULT))) {
+        td_err_set(err, st, "tap file %s: no group /steps", path);
+        goto fail;
+    }
+    if ((st = scan_steps(f, err))) goto fail;
+    free(format);
+    *out = f;
+    return TD_OK;
+fail:
+    free(format);
+    tapfile_free(f);
+    return st;
+}
+
+void td_tapfile_close(td_tapfile *f) {
+    if (f) tapfile_free(f);
+}
+
+const char *td_tapfile_path(const td_tapfile *f) {
+    return f->path;
+}
+
+int64_t td_tapfile_n_steps(const td_tapfile *f) {
+    return f->n_steps;
+}
+
+const char *td_tapfile_note(const td_tapfile *f) {
+    return f->note;
+}
+
+/* ------------------------------------------------------ root attributes */
+
+static void append(char **buf, size_t *len, size_t *cap, const char *s) {
+    size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        *cap = 2 * (*len + n + 1);
+        *buf = td_xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+}
+
+int td_tapfile_attr_str(const td_tapfile *f, const char *key, char **out, td_err *err) {
+    TD_ASSERT(key != NULL && out != NULL);
+    *out = NULL;
+    htri_t ex;
+    if (!H5OK(ex = H5Aexists(f->file, key)) || !ex)
+        return td_err_set(err, TD_EINPUT, "tap file %s: no root attribute '%s'", f->path, key);
+    hid_t attr, type, space;
+    if (!H5OK(attr = H5Aopen(f->file, key, H5P_DEFAULT)))
+        return td_err_set(err, TD_EINPUT, "tap file %s: cannot open root attribute '%s' (%s)", f->path, key,
+                          td_taps_h5_last());
+    H5T_class_t cls = H5T_NO_CLASS;
+    H5T_sign_t sign = H5T_SGN_2;
+    hssize_t n = -1;
+    int rank = -1;
+    if (H5OK(type = H5Aget_type(attr))) {
+        cls = H5Tget_class(type);
+        if (cls == H5T_INTEGER) sign = H5Tget_sign(type);
+        H5Tclose(type);
+    }
+    if (H5OK(space = H5Aget_space(attr))) {
+        n = H5Sget_simple_extent_npoints(space);
+        rank = H5Sget_simple_extent_ndims(space);
+        H5Sclose(space);
+    }
+    H5Aclose(attr);
+    if (cls == H5T_STRING) return attr_string(f->path, f->file, "root", key, out, err);
+    if ((cls != H5T_INTEGER && cls != H5T_FLOAT) || n < 1 || rank < 0 || rank > 1)
+        return td_err_set(err, TD_EINPUT,
+                          "tap file %s: root attribute '%s' is not a string, a number or a 1-D array of numbers",
+                          f->path, key);
+    // Numbers: read as int64/uint64/double and print, comma-separated.
+    void *vals = td_xmalloc((size_t)n * 8);
+    hid_t mtype = cls == H5T_FLOAT ? H5T_NATIVE_DOUBLE : sign == H5T_SGN_NONE ? H5T_NATIVE_UINT64 : H5T_NATIVE_INT64;
+    int st = attr_read(f->path, f->file, "root", key, cls, mtype, n, n, vals, NULL, err);
+    if (st) {
+        free(vals);
+        return st;
+    }
+    char *buf = NULL;
+    size_t len = 0, cap = 0;
+    append(&buf, &len, &cap, "");
+    for (hssize_t i = 0; i < n; i++) {
+        char one[40];
+        if (cls == H5T_FLOAT)
+            snprintf(one, sizeof one, "%.17g", ((double *)vals)[i]);
+        else if (sign == H5T_SGN_NONE)
+            snprintf(one, sizeof one, "%" PRIu64, ((uint64_t *)vals)[i]);
+        else
+            snprintf(one, sizeof one, "%" PRId64, ((int64_t *)vals)[i]);
+        if (i) append(&buf, &len, &cap, ",");
+        append(&buf, &len, &cap, one);
+    }
+    free(vals);
+    *out = buf;
+    return TD_OK;
+}
+
+typedef struct name_list {
+    char **names;
+    int n, cap;
+} name_list;
+
+static herr_t collect_attr(hid_t loc, const char *name, const H5A_info_t *info, void *data) {
+    (void)loc;
+    (void)info;
+    name_list *l = data;
+    if (l->n == l->cap) {
+        l->cap = l->cap ? 2 * l->cap : 16;
+        l->names = td_xrealloc(l->names, (size_t)l->cap * sizeof *l->names);
+    }
+    l->names[l->n++] = td_xstrdup(name);
+    return 0;
+}
+
+int td_tapfile_attr_names(const td_tapfile *f, char ***names, int *n, td_err *err) {
+    name_list l = {0};
+    if (!H5OK(H5Aiterate2(f->file, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_attr, &l))) {
+        td_tapfile_free_names(l.names, l.n);
+        *names = NULL;
+        *n = 0;
+        return td_err_set(err, TD_EINPUT, "tap file %s: cannot list the root attributes (%s)", f->path,
+                          td_taps_h5_last());
+    }
+    *names = l.names;
+    *n = l.n;
+    return TD_OK;
+}
+
+void td_tapfile_free_names(char **names, int n) {
+    for (int i = 0; i < n; i++) free(names[i]);
+    free(names);
+}
+
+/* ----------------------------------------------------------------- steps */
+
+static int open_step(const td_tapfile *f, int64_t step, hid_t *g, char name[32], td_err *err) {
+    step_name(name, step);
+    if (step < 0 || step >= f->n_steps)
+        return td_err_set(err, TD_EINPUT, "tap file %s: step %" PRId64 " requested, the file has %" PRId64
+                          " complete steps", f->path, step, f->n_steps);
+    if (!H5OK(*g = H5Gopen2(f->steps, name, H5P_DEFAULT)))
+        return td_err_set(err, TD_EINPUT, "tap file %s: cannot open /steps/%s (%s)", f->path, name,
+                          td_taps_h5_last());
+    return TD_OK;
+}
+
+int td_tapfile_step(const td_tapfile *f, int64_t step, td_step_info *info, td_err *err) {
+    char name[32], where[48];
+    hid_t g;
+    int st = open_step(f, step, &g, name, err);
+    if (st) return st;
+    snprintf(where, sizeof where, "/steps/%s", name);
+    memset(info, 0, sizeof *info);
+    info->index = step;
+    char *kind = NULL;
+    if ((st = attr_string(f->path, g, where, "kind", &kind, err)) ||
+        (st = attr_i64(f->path, g, where, "pos0", &info->pos0, err)) ||
+        (st = attr_i64(f->path, g, where, "n_tokens", &info->n_tokens, err)) ||
+        (st = attr_i64(f->path, g, where, "n_taps", &info->n_taps, err)))
+        goto out;
+    if (strcmp(kind, "prefill") == 0)
+        info->kind = TD_STEP_PREFILL;
+    else if (strcmp(kind, "decode") == 0)
+        info->kind = TD_STEP_DECODE;
+    else
+        st = td_err_set(err, TD_EINPUT, "tap file %s: %s: kind is \"%.64s\", expected \"prefill\" or \"decode\"",
+                        f->path, where, kind);
+out:
+    free(kind);
+    H5Gclose(g);
+    return st;
+}
+
+// Expected HDF5 storage of each dtype: class, size, signedness.
+static int storage_matches(td_dtype dt, hid_t type) {
+    H5T_class_t cls = H5Tget_class(type);
+    size_t size = H5Tget_size(type);
+    switch (dt) {
+    case TD_DT_F64: return cls == H5T_FLOAT && size == 8;
+    case TD_DT_F32: return cls == H5T_FLOAT && size == 4;
+    case TD_DT_F16:
+    case TD_DT_BF16: return cls == H5T_INTEGER && size == 2 && H5Tget_sign(type) == H5T_SGN_NONE;
+    case TD_DT_I32: return cls == H5T_INTEGER && size == 4 && H5Tget_sign(type) == H5T_SGN_2;
+    case TD_DT_I64: return cls == H5T_INTEGER && size == 8 && H5Tget_sign(type) == H5T_SGN_2;
+    }
+    return 0;
+}
+
+// Reads and checks one tap's attributes and storage. dset is open.
+static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const char *name, td_tap_info *t,
+                    td_err *err) {
+    char where[48 + TD_TAP_NAME_MAX];
+    snprintf(where, sizeof where, "/steps/%s/%s", step, name);
+    memset(t, 0, sizeof *t);
+    if (strlen(name) >= sizeof t->name)
+        return td_err_set(err, TD_EINPUT, "tap file %s: %s: tap name longer than %d bytes", f->path, where,
+                          TD_TAP_NAME_MAX - 1);
+    strcpy(t->name, name);
+    const char *p = f->path;
+    int64_t layer = 0, has_data = 0, shape[TD_TAP_MAX_DIMS];
+    hssize_t ndim = 0;
+    char *dtype = NULL;
+    int st;
+    if ((st = attr_i64(p, dset, where, "seq", &t->seq, err)) || (st = attr_i64(p, dset, where, "layer", &layer, err)) ||
+        (st = attr_string(p, dset, where, "dtype", &dtype, err)) ||
+        (st = attr_read(p, dset, where, "shape", H5T_INTEGER, H5T_NATIVE_INT64, 1, TD_TAP_MAX_DIMS, shape, &ndim,
+                        err)) ||
+        (st = attr_i64(p, dset, where, "has_data", &has_data, err)) ||
+        (st = attr_u64(p, dset, where, "fp_count", &t->fp.count, err)) ||
+        (st = attr_u64(p, dset, where, "fp_nonfinite", &t->fp.n_nonfinite, err)) ||
+        (st = attr_u64(p, dset, where, "fp_nonzero", &t->fp.n_nonzero, err)) ||
+        (st = attr_f64(p, dset, where, "fp_min", &t->fp.min, err)) ||
+        (st = attr_f64(p, dset, where, "fp_max", &t->fp.max, err)) ||
+        (st = attr_f64(p, dset, where, "fp_maxabs", &t->fp.max_abs, err)) ||
+        (st = attr_f64(p, dset, where, "fp_sum", &t->fp.sum, err)) ||
+        (st = attr_f64(p, dset, where, "fp_sumabs", &t->fp.sum_abs, err)) ||
+        (st = attr_f64(p, dset, where, "fp_sumsq", &t->fp.sum_sq, err)) ||
+        (st = attr_read(p, dset, where, "fp_first", H5T_FLOAT, H5T_NATIVE_DOUBLE, 4, 4, t->fp.first, NULL, err)))
+        goto out;
+    st = TD_EINPUT;
+    if (layer < -1 || layer > INT32_MAX) {
+        td_err_set(err, st, "tap file %s: %s: layer is %" PRId64 ", expected -1 or a block index", p, where, layer);
+        goto out;
+    }
+    t->layer = (int32_t)layer;
+    if (td_dtype_from_name(dtype, &t->dtype) != 0) {
+        td_err_set(err, st, "tap file %s: %s: dtype is \"%.32s\", expected one of f64 f32 f16 bf16 i32 i64", p, where,
+                   dtype);
+        goto out;
+    }
+    if (has_data != 0 && has_data != 1) {
+        td_err_set(err, st, "tap file %s: %s: has_data is %" PRId64 ", expected 0 or 1", p, where, has_data);
+        goto out;
+    }
+    t->has_data = (int)has_data;
+    t->ndim = (int)ndim;
+    t->count = 1;
+    for (int d = 0; d < t->ndim; d++) {
+        if (shape[d] < 0 || (shape[d] > 0 && t->count > ((uint64_t)PTRDIFF_MAX / 8) / (uint64_t)shape[d])) {
+            td_err_set(err, st, "tap file %s: %s: shape[%d] is %" PRId64 " (negative or too large)", p, where, d,
+                       shape[d]);
+            goto out;
+        }
+        t->shape[d] = shape[d];
+        t->count *= (uint64_t)shape[d];
+    }
+    if (t->fp.count != t->count) {
+        td_err_set(err, st, "tap file %s: %s: fp_count is %" PRIu64 " but the shape holds %" PRIu64 " values", p, where,
+                   t->fp.count, t->count);
+        goto out;
+    }
+    // The stored data must be what the attributes describe.
+    hid_t type, space;
+    if (!H5OK(type = H5Dget_type(dset))) goto h5fail;
+    int type_ok = storage_matches(t->dtype, type);
+    H5Tclose(type);
+    if (!type_ok) {
+        td_err_set(err, st, "tap file %s: %s: stored HDF5 type does not match dtype %s (expected %s)", p, where,
+                   dtype, t->dtype == TD_DT_F16 || t->dtype == TD_DT_BF16 ? "uint16 bits" : "that type");
+        goto out;
+    }
+    if (!H5OK(space = H5Dget_space(dset))) goto h5fail;
+    H5S_class_t scls = H5Sget_simple_extent_type(space);
+    hsize_t dims[H5S_MAX_RANK];
+    int rank = scls == H5S_SIMPLE ? H5Sget_simple_extent_dims(space, dims, NULL) : 0;
+    H5Sclose(space);
+    int space_ok = 1;
+    if (t->has_data) {
+        space_ok = scls == H5S_SIMPLE && rank == t->ndim;
+        for (int d = 0; space_ok && d < rank; d++) space_ok = dims[d] == (hsize_t)t->shape[d];
+    } else {
+        space_ok = scls == H5S_NULL;
+    }
+    if (!space_ok) {
+        td_err_set(err, st, "tap file %s: %s: the dataset's dataspace does not match %s", p, where,
+                   t->has_data ? "its shape attribute" : "has_data = 0 (expected a null dataspace)");
+        goto out;
+    }
+    st = TD_OK;
+    goto out;
+h5fail:
+    td_err_set(err, st, "tap file %s: %s: cannot inspect the dataset (%s)", p, where, td_taps_h5_last());
+out:
+    free(dtype);
+    return st;
+}
+
+static int open_tap(const td_tapfile *f, hid_t g, const char *step, const char *name, hid_t *dset,
+                    td_tap_info *info, td_err *err) {
+    htri_t ex = 0;
+    if (!name || !*name || strchr(name, '/') || !H5OK(ex = H5Lexists(g, name, H5P_DEFAULT)) || !ex)
+        return td_err_set(err, TD_EINPUT, "tap file %s: step %s has no tap '%s'", f->path, step,
+                          name ? name : "(null)");
+    if (!H5OK(*dset = H5Dopen2(g, name, H5P_DEFAULT)))
+        return td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, step, name,
+                          td_taps_h5_last());
+    int st = load_tap(f, *dset, step, name, info, err);
+    if (st) H5Dclose(*dset);
+    return st;
+}
+
+// H5Literate's callback type changed in 1.12 (H5L_info2_t); the names are
+// all this needs.
+#if H5_VERSION_GE(1, 12, 0)
+typedef H5L_info2_t link_info;
+#define LINK_ITERATE H5Literate2
+#else
+typedef H5L_info_t link_info;
+#define LINK_ITERATE H5Literate
+#endif
+static herr_t collect_link(hid_t g, const char *name, const link_info *info, void *data) {
+    (void)info;
+    return collect_attr(g, name, NULL, data);
+}
+
+static int by_seq(const void *a, const void *b) {
+    const td_tap_info *x = a, *y = b;
+    return (x->seq > y->seq) - (x->seq < y->seq);
+}
+
+int td_tapfile_step_taps(const td_tapfile *f, int64_t step, td_tap_info **taps, int64_t *n, td_err *err) {
+    *taps = NULL;
+    *n = 0;
+    char name[32];
+    hid_t g;
+    int st = open_step(f, step, &g, name, err);
+    if (st) return st;
+    td_step_info si;
+    if ((st = td_tapfile_step(f, step, &si, err))) {
+        H5Gclose(g);
+        return st;
+    }
+    name_list l = {0};
+    td_tap_info *t = NULL;
+    if (!H5OK(LINK_ITERATE(g, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_link, &l))) {
+        st = td_err_set(err, TD_EINPUT, "tap file %s: cannot list /steps/%s (%s)", f->path, name, td_taps_h5_last());
+        goto out;
+    }
+    if (l.n != si.n_taps) {
+        st = td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s: n_taps is %" PRId64 " but the group holds %d members",
+                        f->path, name, si.n_taps, l.n);
+        goto out;
+    }
+    t = td_xcalloc(l.n ? (size_t)l.n : 1, sizeof *t);
+    for (int i = 0; i < l.n; i++) {
+        hid_t dset;
+        if ((st = open_tap(f, g, name, l.names[i], &dset, &t[i], err))) goto out;
+        H5Dclose(dset);
+    }
+    qsort(t, (size_t)l.n, sizeof *t, by_seq);
+    for (int i = 1; i < l.n; i++)
+        if (t[i].seq == t[i - 1].seq) {
+            st = td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s: taps '%s' and '%s' share seq %" PRId64, f->path,
+                            name, t[i - 1].name, t[i].name, t[i].seq);
+            goto out;
+        }
+    *taps = t;
+    *n = l.n;
+    t = NULL;
+out:
+    free(t);
+    td_tapfile_free_names(l.names, l.n);
+    H5Gclose(g);
+    return st;
+}
+
+int td_tapfile_tap(const td_tapfile *f, int64_t step, const char *name, td_tap_info *info, td_err *err) {
+    char sname[32];
+    hid_t g, dset;
+    int st = open_step(f, step, &g, sname, err);
+    if (st) return st;
+    if (!(st = open_tap(f, g, sname, name, &dset, info, err))) H5Dclose(dset);
+    H5Gclose(g);
+    return st;
+}
+
+/* ------------------------------------------------------------------ data */
+
+#define ALL_ROWS INT64_MIN
+
+// Rows [row0, row0 + n_rows) of the outermost dimension (n_rows = ALL_ROWS:
+// all of them) into dst, as double (as_int = 0) or int64 (as_int = 1).
+static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_t row0, int64_t n_rows, void *dst,
+                     uint64_t count, int as_int, td_err *err) {
+    char sname[32];
+    hid_t g, dset;
+    td_tap_info t;
+    int st = open_step(f, step, &g, sname, err);
+    if (st) return st;
+    if ((st = open_tap(f, g, sname, name, &dset, &t, err))) {
+        H5Gclose(g);
+        return st;
+    }
+    st = TD_EINPUT;
+    hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
+    uint16_t *bits = NULL;
+    if (!t.has_data) {
+        td_err_set(err, st, "tap file %s: step %s: tap '%s' has no data (fingerprint only)", f->path, sname, name);
+        goto out;
+    }
+    if (as_int && !td_dtype_is_int(t.dtype)) {
+        td_err_set(err, st, "tap file %s: step %s: tap '%s' is %s, not an integer tap", f->path, sname, name,
+                   td_dtype_name(t.dtype));
+        goto out;
+    }
+    if (n_rows == ALL_ROWS) n_rows = t.shape[0];
+    if (row0 < 0 || n_rows < 0 || row0 > t.shape[0] || n_rows > t.shape[0] - row0) {
+        td_err_set(err, st, "tap file %s: step %s: tap '%s': rows %" PRId64 "..%" PRId64 " requested, it has %" PRId64,
+                   f->path, sname, name, row0, row0 + n_rows, t.shape[0]);
+        goto out;
+    }
+    uint64_t inner = 1;
+    for (int d = 1; d < t.ndim; d++) inner *= (uint64_t)t.shape[d];
+    uint64_t want = (uint64_t)n_rows * inner;
+    if (count != want) {
+        td_err_set(err, st, "tap file %s: step %s: tap '%s': %" PRIu64 " values requested, %" PRId64 " rows hold %" PRIu64,
+                   f->path, sname, name, count, n_rows, want);
+        goto out;
+    }
+    if (want == 0) {
+        st = TD_OK;
+        goto out;
+    }
+    hsize_t start[TD_TAP_MAX_DIMS] = {0}, cnt[TD_TAP_MAX_DIMS], mdim = want;
+    for (int d = 0; d < t.ndim; d++) cnt[d] = (hsize_t)t.shape[d];
+    start[0] = (hsize_t)row0;
+    cnt[0] = (hsize_t)n_rows;
+    if (!H5OK(fspace = H5Dget_space(dset)) ||
+        !H5OK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, cnt, NULL)) ||
+        !H5OK(mspace = H5Screate_simple(1, &mdim, NULL)))
+        goto h5fail;
+    if (t.dtype == TD_DT_F16 || t.dtype == TD_DT_BF16) {
+        bits = td_xmalloc(want * sizeof *bits);
+        if (!H5OK(H5Dread(dset, H5T_NATIVE_UINT16, mspace, fspace, H5P_DEFAULT, bits))) goto h5fail;
+        double *out = dst;
+        for (uint64_t i = 0; i < want; i++)
+            out[i] = t.dtype == TD_DT_F16 ? td_taps_f16_to_f64(bits[i]) : td_taps_bf16_to_f64(bits[i]);
+    } else if (!H5OK(H5Dread(dset, as_int ? H5T_NATIVE_INT64 : H5T_NATIVE_DOUBLE, mspace, fspace, H5P_DEFAULT, dst))) {
+        goto h5fail;
+    }
+    st = TD_OK;
+    goto out;
+h5fail:
+    td_err_set(err, st, "tap file %s: step %s: cannot read tap '%s' (%s)", f->path, sname, name, td_taps_h5_last());
+out:
+    free(bits);
+    if (mspace >= 0) H5Sclose(mspace);
+    if (fspace >= 0) H5Sclose(fspace);
+    H5Dclose(dset);
+    H5Gclose(g);
+    return st;
+}
+
+int td_tapfile_read_f64(const td_tapfile *f, int64_t step, const char *name, double *dst, uint64_t count,
+                        td_err *err) {
+    return read_rows(f, step, name, 0, ALL_ROWS, dst, count, 0, err);
+}
+
+int td_tapfile_read_rows_f64(const td_tapfile *f, int64_t step, const char *name, int64_t row0, int64_t n_rows,
+                             double *dst, uint64_t count, td_err *err) {
+    if (n_rows == ALL_ROWS) n_rows = -1; // a negative count is an error here, not "all"
+    return read_rows(f, step, name, row0, n_rows, dst, count, 0, err);
+}
+
+int td_tapfile_read_i64(const td_tapfile *f, int64_t step, const char *name, int64_t *dst, uint64_t count,
+                        td_err *err) {
+    return read_rows(f, step, name, 0, ALL_ROWS, dst, count, 1, err);
+}
