@@ -1,7 +1,236 @@
-/* placeholder: being written */
+/* tapdiff run: one backend over a prompt (prefill) and N decode steps,
+ * greedy or pinned, optionally writing a tap file. The work is the runner's
+ * (runner.h); this file is the command line and the printing. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
 #include "cli.h"
+#include "runner.h"
+
+static const char *const run_help =
+    "usage: tapdiff run --model M.gguf --backend B (--tokens 1,2,3 | --tokens-file F) [options]\n"
+    "\n"
+    "Runs backend B on model M: a prefill of the prompt tokens in one forward, then N\n"
+    "decode steps of one token each. Prints the sampled ids (the argmax of each\n"
+    "forward's last position, lowest id on ties) and their text, then a one-line summary.\n"
+    "\n"
+    "  --model M            GGUF model file\n"
+    "  --backend B          ref (f64 reference) | ref32 (the same code in f32)\n"
+    "  --tokens LIST        prompt token ids, separated by commas or blanks\n"
+    "  --tokens-file F      the same from a text file\n"
+    "  --steps N            decode steps after the prefill (default 16; with a pinned\n"
+    "                       list and no --steps: as many as the list holds)\n"
+    "  --decode MODE        greedy (default): feed back the argmax;\n"
+    "                       pinned:FILE: feed the ids of FILE, a text list or a tap file\n"
+    "                       (its decode steps' inp.tokens; its prefill tokens are the\n"
+    "                       prompt when --tokens is absent)\n"
+    "  --taps T             full | fingerprint | none | PATTERN (full data only for the\n"
+    "                       taps matching the comma-separated globs, e.g. 'out.*,blk.0.*');\n"
+    "                       default full with --out, none without\n"
+    "  --out F.h5           tap file to write\n"
+    "  --threads N          backend threads (default: the backend's choice)\n"
+    "  --ctx N              KV cache capacity in positions (default: prompt + steps)\n"
+    "  --quiet              only the summary line, no progress bar\n"
+    "  --help               this text\n"
+    "\n"
+    "exit: 0 ok, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
+
+typedef struct run_args {
+    const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out;
+    long long steps, threads, ctx;
+    int steps_given, quiet;
+} run_args;
+
+static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
+    char *end;
+    long long x = strtoll(s, &end, 10);
+    if (!*s || *end || x < lo || x > hi) return -1;
+    *v = x;
+    return 0;
+}
+
+/* Fills a; returns -1 after --help, 0 ok, TD_EUSAGE (message printed). */
+static int parse_args(int argc, char **argv, run_args *a) {
+    memset(a, 0, sizeof *a);
+    a->steps = 16;
+    for (int i = 1; i < argc; i++) {
+        const char *arg = argv[i];
+        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+            fputs(run_help, stdout);
+            return -1;
+        }
+        if (!strcmp(arg, "--quiet")) {
+            a->quiet = 1;
+            continue;
+        }
+        // every other option takes a value: "--opt VALUE" or "--opt=VALUE"
+        char name[32];
+        const char *val = NULL;
+        const char *eq = strchr(arg, '=');
+        if (strncmp(arg, "--", 2) || (eq ? (size_t)(eq - arg) : strlen(arg)) >= sizeof name)
+            return td_cli_failf("run", TD_EUSAGE, "unexpected argument '%s' (see tapdiff run --help)", arg);
+        if (eq) {
+            memcpy(name, arg, (size_t)(eq - arg));
+            name[eq - arg] = '\0';
+            val = eq + 1;
+        } else {
+            snprintf(name, sizeof name, "%s", arg);
+            if (i + 1 >= argc) return td_cli_failf("run", TD_EUSAGE, "%s needs a value", arg);
+            val = argv[++i];
+        }
+        if (!strcmp(name, "--model")) a->model = val;
+        else if (!strcmp(name, "--backend")) a->backend = val;
+        else if (!strcmp(name, "--tokens")) a->tokens = val;
+        else if (!strcmp(name, "--tokens-file")) a->tokens_file = val;
+        else if (!strcmp(name, "--decode")) a->decode = val;
+        else if (!strcmp(name, "--taps")) a->taps = val;
+        else if (!strcmp(name, "--out")) a->out = val;
+        else if (!strcmp(name, "--steps")) {
+            if (parse_ll(val, 0, 100000000, &a->steps))
+                return td_cli_failf("run", TD_EUSAGE, "--steps: expected a count >= 0, got '%s'", val);
+            a->steps_given = 1;
+        } else if (!strcmp(name, "--threads")) {
+            if (parse_ll(val, 0, 4096, &a->threads))
+                return td_cli_failf("run", TD_EUSAGE, "--threads: expected 0..4096, got '%s'", val);
+        } else if (!strcmp(name, "--ctx")) {
+            if (parse_ll(val, 1, UINT32_MAX, &a->ctx))
+                return td_cli_failf("run", TD_EUSAGE, "--ctx: expected a positive count, got '%s'", val);
+        } else
+            return td_cli_failf("run", TD_EUSAGE, "unknown option '%s' (see tapdiff run --help)", name);
+    }
+    if (!a->model) return td_cli_failf("run", TD_EUSAGE, "--model is required (see tapdiff run --help)");
+    if (!a->backend) return td_cli_failf("run", TD_EUSAGE, "--backend is required (see tapdiff run --help)");
+    if (a->tokens && a->tokens_file) return td_cli_failf("run", TD_EUSAGE, "give --tokens or --tokens-file, not both");
+    if (a->decode && strcmp(a->decode, "greedy") && strncmp(a->decode, "pinned:", 7))
+        return td_cli_failf("run", TD_EUSAGE, "--decode: expected greedy or pinned:FILE, got '%s'", a->decode);
+    if (a->decode && !strncmp(a->decode, "pinned:", 7) && !a->decode[7])
+        return td_cli_failf("run", TD_EUSAGE, "--decode pinned:FILE needs a file name");
+    if (!a->tokens && !a->tokens_file && !(a->decode && !strncmp(a->decode, "pinned:", 7)))
+        return td_cli_failf("run", TD_EUSAGE, "--tokens or --tokens-file is required (see tapdiff run --help)");
+    if (a->taps && strcmp(a->taps, "none") && !a->out)
+        return td_cli_failf("run", TD_EUSAGE, "--taps %s needs --out FILE.h5", a->taps);
+    if (a->out && a->taps && !strcmp(a->taps, "none"))
+        return td_cli_failf("run", TD_EUSAGE, "--out given with --taps none");
+    return 0;
+}
+
+static void on_step(void *user, int64_t done, int64_t total) {
+    (void)total;
+    td_progress_update((td_progress *)user, (long)done);
+}
+
+/* Prints the ids, then the concatenated text of their pieces. */
+static void print_tokens(const td_model *m, const char *label, const int32_t *ids, int64_t n) {
+    printf("%s:", label);
+    for (int64_t i = 0; i < n; i++) printf(" %d", ids[i]);
+    printf("\n%s text: ", label);
+    char piece[256];
+    for (int64_t i = 0; i < n; i++) {
+        td_vocab_text(m, ids[i], piece, sizeof piece);
+        fputs(piece, stdout);
+    }
+    putchar('\n');
+}
+
 int td_cmd_run(int argc, char **argv) {
-    (void)argc;
-    (void)argv;
-    return td_cli_failf("run", TD_EINTERNAL, "not built yet");
+    run_args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc < 0) return TD_OK;
+    if (rc) return rc;
+    if (!td_backend_find(a.backend)) {
+        char names[256] = "";
+        for (const td_backend_vt *const *l = td_backend_list(); *l; l++) {
+            size_t len = strlen(names);
+            snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", (*l)->name);
+        }
+        return td_cli_failf("run", TD_EUSAGE, "unknown backend '%s' (known: %s)", a.backend, names);
+    }
+
+    td_err err = {{0}};
+    int32_t *prompt = NULL, *pinned = NULL;
+    int64_t n_prompt = 0, n_pinned = 0;
+    td_model *m = NULL;
+    td_run_result res = {0};
+    td_progress *prog = NULL;
+
+    if (a.tokens && td_parse_token_list(a.tokens, "--tokens", &prompt, &n_prompt, &err)) {
+        rc = TD_EUSAGE; // a malformed command line, not a bad file
+        goto out;
+    }
+    if (a.tokens_file && (rc = td_read_token_text(a.tokens_file, &prompt, &n_prompt, &err))) goto out;
+
+    td_run_config cfg;
+    td_run_config_init(&cfg);
+    if (a.decode && !strncmp(a.decode, "pinned:", 7)) {
+        const char *file = a.decode + 7;
+        if (td_is_hdf5_file(file)) {
+            int32_t *fp = NULL;
+            int64_t nfp = 0;
+            if ((rc = td_read_tapfile_tokens(file, &fp, &nfp, &pinned, &n_pinned, &err))) goto out;
+            if (!prompt) prompt = fp, n_prompt = nfp;
+            else free(fp);
+            if (!prompt) {
+                rc = td_err_set(&err, TD_EINPUT, "%s: the tap file has no prefill step to take the prompt from", file);
+                goto out;
+            }
+        } else if ((rc = td_read_token_text(file, &pinned, &n_pinned, &err))) {
+            goto out;
+        }
+        if (!a.steps_given) a.steps = n_pinned;
+        if (n_pinned < a.steps) {
+            rc = td_err_set(&err, TD_EINPUT, "%s holds %lld decode tokens; --steps asks for %lld", file,
+                            (long long)n_pinned, a.steps);
+            goto out;
+        }
+        cfg.decode = TD_DECODE_PINNED;
+        cfg.pinned = pinned;
+        cfg.n_pinned = n_pinned;
+        cfg.decode_label = a.decode;
+    }
+
+    if ((rc = td_model_open(&m, a.model, &err))) goto out;
+    cfg.model_path = a.model;
+    cfg.model = m;
+    cfg.backend = a.backend;
+    cfg.prompt = prompt;
+    cfg.n_prompt = n_prompt;
+    cfg.n_steps = a.steps;
+    cfg.threads = (int)a.threads;
+    cfg.n_ctx = (uint32_t)a.ctx;
+    cfg.command_line = td_cli_command_line;
+    if (a.out && (!a.taps || strcmp(a.taps, "none"))) {
+        cfg.tap_path = a.out;
+        cfg.tap_mode = a.taps && !strcmp(a.taps, "fingerprint") ? TD_TAP_FINGERPRINT : TD_TAP_FULL;
+        if (a.taps && strcmp(a.taps, "full") && strcmp(a.taps, "fingerprint")) cfg.tap_filter = a.taps;
+    }
+    if (!a.quiet) {
+        prog = td_progress_begin("run", (long)(1 + a.steps));
+        cfg.on_step = on_step;
+        cfg.user = prog;
+    }
+
+    rc = td_run(&cfg, &res, &err);
+    td_progress_end(prog);
+    if (rc) goto out;
+
+    if (!a.quiet) {
+        if (cfg.decode == TD_DECODE_PINNED) print_tokens(m, "fed", res.fed, res.n_steps);
+        print_tokens(m, "sampled", res.sampled, res.n_forwards);
+    }
+    const double prefill_tps = res.prefill_s > 0 ? (double)n_prompt / res.prefill_s : 0;
+    const double decode_tps = res.decode_s > 0 ? (double)res.n_steps / res.decode_s : 0;
+    printf("run: backend %s, model %s, prefill %lld + decode %lld steps (%s), %.1f tokens/s decode, "
+           "%.1f tokens/s prefill, taps %s\n",
+           a.backend, a.model, (long long)n_prompt, (long long)res.n_steps,
+           cfg.decode == TD_DECODE_GREEDY ? "greedy" : "pinned", decode_tps, prefill_tps,
+           cfg.tap_path ? cfg.tap_path : "none");
+
+out:
+    td_run_result_free(&res);
+    if (m) td_model_close(m);
+    free(prompt);
+    free(pinned);
+    if (rc) return td_cli_fail("run", rc, &err);
+    return TD_OK;
 }

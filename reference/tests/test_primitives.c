@@ -1,1 +1,321 @@
-/* placeholder: being written */
+/* Unit tests of the reference primitives against hand-worked numbers.
+ * Every expected value is written out here (cos/sin/exp constants computed
+ * once by hand with a calculator / python's math module) or computed in the
+ * test from the spec's formula, never taken from the code under test. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <string.h>
+
+#include "reference.h"
+
+/* |a - b| <= tol * max(1, |b|) */
+#define assert_close(a, b, tol)                                                               \
+    do {                                                                                      \
+        double a_ = (a), b_ = (b);                                                            \
+        cr_assert(fabs(a_ - b_) <= (tol) * fmax(1.0, fabs(b_)), "%s = %.17g, expected %.17g", \
+                  #a, a_, b_);                                                                \
+    } while (0)
+
+/* ---- RoPE: D = 8, R = 4 < D, base 10000 -------------------------------- */
+/* omega_0 = 10000^0 = 1, omega_1 = 10000^(-2/4) = 0.01 */
+
+static const double x_in[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+
+static td_ref_rope rope_cfg(td_rope_type type) {
+    return (td_ref_rope){.type = type, .D = 8, .R = 4, .base = 10000, .scaling = TD_ROPE_SCALING_NONE,
+                         .freq_scale = 1, .attn_factor = 1, .n_ctx_orig = 2048};
+}
+
+/* cos/sin of theta_0 = p * 1 and theta_1 = p * 0.01 at p = 1 and p = 7 */
+typedef struct angles {
+    int64_t pos;
+    double c0, s0, c1, s1;
+} angles;
+static const angles at_pos1 = {1, 0.5403023058681398, 0.8414709848078965, 0.9999500004166653, 0.009999833334166664};
+static const angles at_pos7 = {7, 0.7539022543433046, 0.6569865987187891, 0.9975510002532796, 0.06994284733753277};
+
+/* rotate (u, v) by the angle with cosine c and sine s */
+static void rot(double *u, double *v, double c, double s) {
+    double a = *u, b = *v;
+    *u = a * c - b * s;
+    *v = a * s + b * c;
+}
+
+static void check_rope(td_rope_type type, const angles *an) {
+    td_ref_rope c = rope_cfg(type);
+    double x[16]; // two heads, the second one the first negated
+    for (int i = 0; i < 8; i++) x[i] = x_in[i], x[8 + i] = -x_in[i];
+    td_ref_rope_f64(x, an->pos, &c, NULL, 2);
+
+    double e[8];
+    memcpy(e, x_in, sizeof e);
+    if (type == TD_ROPE_NORM) { // pairs (0,1) and (2,3)
+        rot(&e[0], &e[1], an->c0, an->s0);
+        rot(&e[2], &e[3], an->c1, an->s1);
+    } else { // NEOX: pairs (0,2) and (1,3)
+        rot(&e[0], &e[2], an->c0, an->s0);
+        rot(&e[1], &e[3], an->c1, an->s1);
+    }
+    for (int i = 0; i < 8; i++) {
+        assert_close(x[i], e[i], 1e-15);
+        assert_close(x[8 + i], -e[i], 1e-15);
+    }
+    for (int i = 4; i < 8; i++) cr_assert_eq(x[i], x_in[i], "dim %d >= R must pass unchanged", i);
+
+    // ref32: the same rotation in float
+    float xf[8];
+    for (int i = 0; i < 8; i++) xf[i] = (float)x_in[i];
+    td_ref_rope_f32(xf, an->pos, &c, NULL, 1);
+    for (int i = 0; i < 8; i++) assert_close(xf[i], e[i], 2e-6);
+}
+
+Test(rope, pos0_is_identity) {
+    for (int type = 0; type <= 2; type += 2) {
+        td_ref_rope c = rope_cfg((td_rope_type)type);
+        double x[8];
+        memcpy(x, x_in, sizeof x);
+        td_ref_rope_f64(x, 0, &c, NULL, 1);
+        for (int i = 0; i < 8; i++) cr_assert_eq(x[i], x_in[i], "mode %d dim %d", type, i);
+    }
+}
+
+Test(rope, norm_pos1) { check_rope(TD_ROPE_NORM, &at_pos1); }
+Test(rope, norm_pos7) { check_rope(TD_ROPE_NORM, &at_pos7); }
+Test(rope, neox_pos1) { check_rope(TD_ROPE_NEOX, &at_pos1); }
+Test(rope, neox_pos7) { check_rope(TD_ROPE_NEOX, &at_pos7); }
+
+/* NORM at p = 1, pair 0 by hand: (1, 2) -> (cos1 - 2 sin1, sin1 + 2 cos1) */
+Test(rope, norm_pair0_by_hand) {
+    td_ref_rope c = rope_cfg(TD_ROPE_NORM);
+    double x[8];
+    memcpy(x, x_in, sizeof x);
+    td_ref_rope_f64(x, 1, &c, NULL, 1);
+    assert_close(x[0], 0.5403023058681398 - 2 * 0.8414709848078965, 1e-15);  // -1.1426396637476532
+    assert_close(x[1], 0.8414709848078965 + 2 * 0.5403023058681398, 1e-15);  //  1.922075596544176
+}
+
+/* Linear scaling halves the angle (freq_scale 1/2), frequency factors divide
+ * it (ff_1 = 0.5 doubles pair 1's angle), attn_factor scales the magnitude of
+ * the rotated dims only. At p = 2: theta_0 = 2*1/1*0.5 = 1, theta_1 =
+ * 2*0.01/0.5*0.5 = 0.02. */
+Test(rope, linear_scaling_freq_factors_attn_factor) {
+    td_ref_rope c = rope_cfg(TD_ROPE_NEOX);
+    c.scaling = TD_ROPE_SCALING_LINEAR;
+    c.freq_scale = 0.5;
+    c.attn_factor = 3;
+    const double ff[2] = {1, 0.5};
+    double x[8];
+    memcpy(x, x_in, sizeof x);
+    td_ref_rope_f64(x, 2, &c, ff, 1);
+    double e[8];
+    memcpy(e, x_in, sizeof e);
+    rot(&e[0], &e[2], 0.5403023058681398, 0.8414709848078965);           // theta = 1
+    rot(&e[1], &e[3], 0.9998000066665778, 0.019998666693333080);         // theta = 0.02
+    for (int i = 0; i < 4; i++) assert_close(x[i], 3 * e[i], 1e-15);
+    for (int i = 4; i < 8; i++) cr_assert_eq(x[i], x_in[i]);
+}
+
+/* scaling NONE ignores freq_scale (the spec forces it to 1) */
+Test(rope, scaling_none_ignores_freq_scale) {
+    td_ref_rope c = rope_cfg(TD_ROPE_NORM);
+    c.freq_scale = 0.25;
+    double x[8];
+    memcpy(x, x_in, sizeof x);
+    td_ref_rope_f64(x, 1, &c, NULL, 1);
+    assert_close(x[0], 0.5403023058681398 - 2 * 0.8414709848078965, 1e-15);
+}
+
+/* YaRN, primitives §2.3, with the ramp evaluated here from the formula.
+ * R = 8 (4 pairs), b = 10000, n_ctx_orig = 64, factor 4:
+ * corr(32) = 8 ln(64/(64 pi)) / (2 ln 1e4) = -0.497... -> floor -1 -> lo = 0
+ * corr(1)  = 8 ln(64/(2 pi)) / (2 ln 1e4)  =  1.00800... -> ceil 2 -> hi = 2
+ * ramp_i = 1 - clamp(i/2, 0, 1) = 1, 0.5, 0, 0: pair 0 extrapolates, pair 1
+ * mixes half/half, pairs 2, 3 interpolate; m = 1 + 0.1 ln 4. */
+Test(rope, yarn) {
+    td_ref_rope c = {.type = TD_ROPE_NEOX, .D = 8, .R = 8, .base = 10000, .scaling = TD_ROPE_SCALING_YARN,
+                     .freq_scale = 0.25, .attn_factor = 1, .n_ctx_orig = 64};
+    const double lo_check = floor(8 * log(64 / (2 * M_PI * 32)) / (2 * log(10000)));
+    const double hi_check = ceil(8 * log(64 / (2 * M_PI * 1)) / (2 * log(10000)));
+    cr_assert_eq(lo_check, -1.0); // clamped to 0 by max(0, .)
+    cr_assert_eq(hi_check, 2.0);
+    const double ramp[4] = {1, 0.5, 0, 0};
+    const double m = 1 + 0.1 * log(4.0);
+    const int64_t p = 5;
+    double x[8], e[8];
+    memcpy(x, x_in, sizeof x);
+    memcpy(e, x_in, sizeof e);
+    td_ref_rope_f64(x, p, &c, NULL, 1);
+    for (int i = 0; i < 4; i++) {
+        double extrap = (double)p * pow(10000, -2.0 * i / 8);
+        double interp = 0.25 * extrap;
+        double th = interp * (1 - ramp[i]) + extrap * ramp[i];
+        rot(&e[i], &e[i + 4], cos(th), sin(th));
+    }
+    for (int i = 0; i < 8; i++) assert_close(x[i], m * e[i], 1e-14);
+}
+
+/* ---- RMSNorm ----------------------------------------------------------- */
+
+Test(rmsnorm, four_vector) {
+    // x = (1,2,3,4): mean of squares 30/4 = 7.5; eps 0.5 -> rms = sqrt(8) = 2.8284271247461903
+    const double x[4] = {1, 2, 3, 4}, w[4] = {2, 1, 0.5, -1};
+    double out[4];
+    td_ref_rmsnorm_f64(out, x, w, 0.5, 4);
+    const double e[4] = {0.70710678118654752, 0.70710678118654752, 0.53033008588991064, -1.4142135623730950};
+    for (int i = 0; i < 4; i++) assert_close(out[i], e[i], 1e-15);
+}
+
+Test(rmsnorm, eps_inside_sqrt_of_mean) {
+    // x = (3,4,0,0): mean 25/4 = 6.25. eps = 3.75 -> sqrt(10); eps outside the
+    // sqrt would give 2.5 + 3.75, eps added to the sum sqrt(28.75/4).
+    const double x[4] = {3, 4, 0, 0}, w[4] = {1, 1, 1, 1};
+    double out[4];
+    td_ref_rmsnorm_f64(out, x, w, 3.75, 4);
+    assert_close(out[0], 3 / 3.1622776601683795, 1e-15);
+    assert_close(out[1], 4 / 3.1622776601683795, 1e-15);
+    cr_assert_eq(out[2], 0.0);
+    td_ref_rmsnorm_f64(out, x, w, 0, 4); // rms 2.5 exactly
+    cr_assert_eq(out[0], 1.2);
+    cr_assert_eq(out[1], 1.6);
+    float xf[4] = {3, 4, 0, 0}, wf[4] = {1, 1, 1, 1}, of[4];
+    td_ref_rmsnorm_f32(of, xf, wf, 3.75f, 4);
+    assert_close(of[1], 4 / 3.1622776601683795, 1e-7);
+}
+
+/* ---- softmax ----------------------------------------------------------- */
+
+Test(softmax, large_inputs_do_not_overflow) {
+    // softmax(1000, 1001, 1002) = (e^0, e^1, e^2) / (e^0 + e^1 + e^2)
+    const double x[3] = {1000, 1001, 1002};
+    const double e[3] = {0.09003057317038046, 0.24472847105479764, 0.6652409557748219};
+    double out[3];
+    td_ref_softmax_f64(out, x, 3);
+    for (int i = 0; i < 3; i++) {
+        cr_assert(isfinite(out[i]));
+        assert_close(out[i], e[i], 1e-15);
+    }
+    float xf[3] = {1000, 1001, 1002}, of[3];
+    td_ref_softmax_f32(of, xf, 3);
+    for (int i = 0; i < 3; i++) assert_close(of[i], e[i], 1e-6);
+    double neg[3] = {-1000, -1001, -1002}; // in place
+    td_ref_softmax_f64(neg, neg, 3);
+    for (int i = 0; i < 3; i++) assert_close(neg[i], e[2 - i], 1e-15);
+}
+
+Test(swiglu, by_hand) {
+    // silu(1) * 2 = 2 / (1 + e^-1); silu(0) * 5 = 0; silu(-1) * 1 = -1/(1 + e)
+    const double g[3] = {1, 0, -1}, u[3] = {2, 5, 1};
+    double out[3];
+    td_ref_swiglu_f64(out, g, u, 3);
+    assert_close(out[0], 1.4621171572600098, 1e-15);
+    cr_assert_eq(out[1], 0.0);
+    assert_close(out[2], -0.2689414213699951, 1e-15);
+}
+
+/* ---- GQA head map ------------------------------------------------------ */
+
+Test(gqa, head_map) {
+    const int64_t want[8] = {0, 0, 0, 0, 1, 1, 1, 1};
+    for (int h = 0; h < 8; h++) cr_assert_eq(td_ref_gqa_kv_head(h, 8, 2), want[h], "h = %d", h);
+    for (int h = 0; h < 8; h++) cr_assert_eq(td_ref_gqa_kv_head(h, 8, 8), h);
+    for (int h = 0; h < 8; h++) cr_assert_eq(td_ref_gqa_kv_head(h, 8, 1), 0);
+}
+
+/* ---- attention: two positions, D = 2 ----------------------------------- */
+/* k0 = (1,0), v0 = (1,2); k1 = (0,1), v1 = (3,4); c = 1/sqrt(2).
+ * Token at p = 0, q = (1,1): sees only position 0 -> v0.
+ * Token at p = 1, q = (2,0): scores (2c, 0) = (sqrt2, 0);
+ * alpha0 = 1/(1 + e^-sqrt2) = 0.8044296825069569, alpha1 = 0.1955703174930431;
+ * out = alpha0 v0 + alpha1 v1. */
+static const double a0 = 0.8044296825069569, a1 = 0.1955703174930431;
+
+Test(attention, two_positions) {
+    const double k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4};
+    const double q[4] = {1, 1, 2, 0};
+    const int64_t pos[2] = {0, 1};
+    double out[4], att[2];
+    td_ref_attention_f64(out, q, k, v, pos, att, 2, 1, 1, 2);
+    assert_close(out[0], 1, 1e-15);
+    assert_close(out[1], 2, 1e-15);
+    assert_close(out[2], a0 * 1 + a1 * 3, 1e-15);
+    assert_close(out[3], a0 * 2 + a1 * 4, 1e-15);
+
+    // the second token alone (a decode step at p = 1 over the same cache)
+    double out1[2];
+    td_ref_attention_f64(out1, q + 2, k, v, pos + 1, att, 1, 1, 1, 2);
+    assert_close(out1[0], a0 * 1 + a1 * 3, 1e-15);
+    assert_close(out1[1], a0 * 2 + a1 * 4, 1e-15);
+}
+
+/* H = 2 query heads over Hkv = 1: both heads read the same K/V. H = 2 over
+ * Hkv = 2: head 1 reads the second KV head, here (k, v) with the rows swapped. */
+Test(attention, gqa_sharing) {
+    const double k[4] = {1, 0, 0, 1}, v[4] = {1, 2, 3, 4};
+    const double q[4] = {2, 0, 0, 2}; // head 0 = (2,0), head 1 = (0,2)
+    const int64_t pos[1] = {1};
+    double out[4], att[2];
+    td_ref_attention_f64(out, q, k, v, pos, att, 1, 2, 1, 2);
+    assert_close(out[0], a0 * 1 + a1 * 3, 1e-15); // head 0 favours position 0
+    assert_close(out[1], a0 * 2 + a1 * 4, 1e-15);
+    assert_close(out[2], a1 * 1 + a0 * 3, 1e-15); // head 1 favours position 1
+    assert_close(out[3], a1 * 2 + a0 * 4, 1e-15);
+
+    // two KV heads: cache rows (pos, Hkv*D); head g=1 holds keys (0,1)/(1,0)
+    const double k2[8] = {1, 0, 0, 1, 0, 1, 1, 0}, v2[8] = {1, 2, 10, 20, 3, 4, 30, 40};
+    const double qq[4] = {2, 0, 2, 0};
+    td_ref_attention_f64(out, qq, k2, v2, pos, att, 1, 2, 2, 2);
+    assert_close(out[0], a0 * 1 + a1 * 3, 1e-15);
+    assert_close(out[2], a1 * 10 + a0 * 30, 1e-15);
+    assert_close(out[3], a1 * 20 + a0 * 40, 1e-15);
+}
+
+/* ---- MoE routing ------------------------------------------------------- */
+
+Test(moe, topk_order_and_renormalisation) {
+    const double p[4] = {0.1, 0.5, 0.2, 0.2};
+    int32_t tk[3];
+    double w[3];
+    td_ref_moe_route_f64(tk, w, p, 4, 3);
+    cr_assert(tk[0] == 1 && tk[1] == 2 && tk[2] == 3, "topk = %d %d %d", tk[0], tk[1], tk[2]);
+    assert_close(w[0], 0.5 / 0.9, 1e-15);
+    assert_close(w[1], 0.2 / 0.9, 1e-15);
+    assert_close(w[2], 0.2 / 0.9, 1e-15);
+}
+
+Test(moe, ties_go_to_the_lower_index) {
+    const double p[4] = {0.1, 0.3, 0.3, 0.3};
+    int32_t tk[2];
+    double w[2];
+    td_ref_moe_route_f64(tk, w, p, 4, 2);
+    cr_assert(tk[0] == 1 && tk[1] == 2, "topk = %d %d", tk[0], tk[1]);
+    assert_close(w[0], 0.5, 1e-15);
+    assert_close(w[1], 0.5, 1e-15);
+
+    const double q[4] = {0.25, 0.25, 0.25, 0.25};
+    int32_t t4[4];
+    double w4[4];
+    td_ref_moe_route_f64(t4, w4, q, 4, 4);
+    for (int j = 0; j < 4; j++) cr_assert_eq(t4[j], j);
+
+    const float pf[4] = {0.4f, 0.1f, 0.4f, 0.1f};
+    int32_t tf[3];
+    float wf[3];
+    td_ref_moe_route_f32(tf, wf, pf, 4, 3);
+    cr_assert(tf[0] == 0 && tf[1] == 2 && tf[2] == 1, "topk = %d %d %d", tf[0], tf[1], tf[2]);
+}
+
+Test(moe, clamp_2_pow_minus_14) {
+    // selected sum 3e-5 < 2^-14 = 6.103515625e-5: divide by 2^-14 (x 16384)
+    const double p[4] = {1e-5, 2e-5, 0, 0};
+    int32_t tk[2];
+    double w[2];
+    td_ref_moe_route_f64(tk, w, p, 4, 2);
+    cr_assert(tk[0] == 1 && tk[1] == 0);
+    assert_close(w[0], 2e-5 * 16384, 1e-15); // 0.32768
+    assert_close(w[1], 1e-5 * 16384, 1e-15); // 0.16384
+    // just above the clamp: divide by the sum
+    const double r[2] = {4e-5, 3e-5};
+    td_ref_moe_route_f64(tk, w, r, 2, 2);
+    assert_close(w[0], 4.0 / 7.0, 1e-15);
+    assert_close(w[1], 3.0 / 7.0, 1e-15);
+}

@@ -1,1 +1,712 @@
-/* placeholder: being written */
+/* Tests of the reference forward as a whole, on the fixture models (written
+ * into a temporary directory) and on stories260K when ../shared has it.
+ * The checks are metamorphic (two computations that must agree by
+ * construction), statistical (ref32 vs ref lies in the band an honest f32
+ * implementation gives), or about the tap file and the CLI contract. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "fixtures.h"
+#include "model.h"
+#include "reference.h"
+#include "runner.h"
+#include "tapfile.h"
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                    */
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/td_reference_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+}
+
+static void remove_tmpdir(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
+}
+
+/* Writes fixture `name` into tmpdir and opens it. */
+static td_model *open_fixture(const char *name) {
+    char path[512];
+    td_err err = {{0}};
+    int rc = td_fixture_write(name, tmpdir, path, sizeof path, &err);
+    cr_assert_eq(rc, TD_OK, "td_fixture_write(%s): %s", name, err.msg);
+    td_model *m = NULL;
+    rc = td_model_open(&m, path, &err);
+    cr_assert_eq(rc, TD_OK, "td_model_open(%s): %s", path, err.msg);
+    return m;
+}
+
+static td_backend *open_backend(const char *name, const td_model *m, uint32_t n_ctx) {
+    const td_backend_vt *vt = td_backend_find(name);
+    cr_assert_not_null(vt, "backend %s is not registered", name);
+    td_backend_params p = {.n_ctx = n_ctx};
+    td_backend *b = NULL;
+    td_err err = {{0}};
+    int rc = vt->open(&b, m, &p, &err);
+    cr_assert_eq(rc, TD_OK, "%s open: %s", name, err.msg);
+    return b;
+}
+
+static void forward(td_backend *b, const int32_t *tok, int64_t T, int64_t pos0, td_tap_sink *sink, double *logits) {
+    td_err err = {{0}};
+    int rc = b->vt->forward(b, tok, T, pos0, sink, logits, &err);
+    cr_assert_eq(rc, TD_OK, "%s forward (T=%lld, pos0=%lld): %s", b->vt->name, (long long)T, (long long)pos0,
+                 err.msg);
+}
+
+/* max |a - b| / max |a|: relative to the row's scale, not element-wise
+ * (logits near 0 would make an element-wise ratio meaningless). */
+static double max_rel(const double *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num = fmax(num, fabs(a[i] - b[i]));
+        den = fmax(den, fabs(a[i]));
+    }
+    return den > 0 ? num / den : num;
+}
+
+static int32_t argmax(const double *x, int64_t n) {
+    int64_t best = 0;
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > x[best]) best = i;
+    return (int32_t)best;
+}
+
+/* Runs a shell command; returns its exit status, stdout in *out (malloc'd). */
+static int run_cmd(const char *cmd, char **out) {
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen(%s)", cmd);
+    size_t cap = 1 << 16, len = 0, got;
+    char *buf = malloc(cap);
+    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    if (out) *out = buf;
+    else free(buf);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static const char *tapdiff_bin(void) {
+    const char *t = getenv("TD_TAPDIFF");
+    if (!t || !*t) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    return t;
+}
+
+static const char *stories_path(void) {
+    static char path[1024];
+    const char *shared = getenv("TD_SHARED");
+    if (!shared || !*shared) return NULL;
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared);
+    return access(path, R_OK) == 0 ? path : NULL;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Metamorphic: an MoE whose experts are copies of the dense FFN is the dense
+ * model (the renormalised weights sum to 1).                                */
+
+Test(reference, moe_of_copies_equals_dense, .init = make_tmpdir, .fini = remove_tmpdir) {
+    td_model *dense = open_fixture("qwen3-dense"), *moe = open_fixture("qwen3moe-copies");
+    cr_assert_eq(dense->hp.n_vocab, moe->hp.n_vocab);
+    cr_assert_eq(moe->hp.n_expert, 8);
+    const int64_t V = dense->hp.n_vocab, T = 5, steps = 8;
+    td_backend *bd = open_backend("ref", dense, 64), *bm = open_backend("ref", moe, 64);
+    double *ld = malloc(sizeof(double) * T * V), *lm = malloc(sizeof(double) * T * V);
+    const int32_t prompt[5] = {5, 17, 42, 99, 7};
+
+    forward(bd, prompt, T, 0, NULL, ld);
+    forward(bm, prompt, T, 0, NULL, lm);
+    double worst = 0;
+    for (int64_t t = 0; t < T; t++) {
+        double r = max_rel(ld + t * V, lm + t * V, V);
+        worst = fmax(worst, r);
+        cr_assert(r <= 1e-12, "prefill position %lld: relative difference %.3g > 1e-12", (long long)t, r);
+    }
+    int32_t tok = argmax(ld + (T - 1) * V, V);
+    for (int64_t s = 0; s < steps; s++) { // greedy on the dense model; the MoE is fed the same token
+        forward(bd, &tok, 1, T + s, NULL, ld);
+        forward(bm, &tok, 1, T + s, NULL, lm);
+        double r = max_rel(ld, lm, V);
+        worst = fmax(worst, r);
+        cr_assert(r <= 1e-12, "decode step %lld: relative difference %.3g > 1e-12", (long long)s, r);
+        cr_assert_eq(argmax(ld, V), argmax(lm, V), "decode step %lld: the argmax differs", (long long)s);
+        tok = argmax(ld, V);
+    }
+    fprintf(stderr, "[reference] qwen3moe-copies vs qwen3-dense (ref): worst max-relative logit difference %.3g\n",
+            worst);
+    bd->vt->close(bd), bm->vt->close(bm);
+    td_model_close(dense), td_model_close(moe);
+    free(ld), free(lm);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The KV cache: decoding token by token equals re-running the whole prefix
+ * as one prefill.                                                            */
+
+static void check_kv_cache(const char *fixture, const char *backend) {
+    td_model *m = open_fixture(fixture);
+    const int64_t V = m->hp.n_vocab, n = 10, p = 3;
+    const int32_t seq[10] = {1, 50, 200, 7, 33, 250, 12, 99, 101, 3};
+    td_backend *inc = open_backend(backend, m, 16), *full = open_backend(backend, m, 16);
+    double *li = malloc(sizeof(double) * n * V), *lf = malloc(sizeof(double) * n * V);
+
+    forward(inc, seq, p, 0, NULL, li); // prefill of p tokens, then one token per step
+    for (int64_t s = p - 1; s < n; s++) {
+        if (s >= p) forward(inc, &seq[s], 1, s, NULL, li);
+        const double *last_inc = s >= p ? li : li + (p - 1) * V;
+        full->vt->reset(full);
+        forward(full, seq, s + 1, 0, NULL, lf);
+        double r = max_rel(lf + s * V, last_inc, V);
+        cr_assert(r <= 1e-12, "%s/%s: position %lld: decode vs full prefill relative difference %.3g", fixture,
+                  backend, (long long)s, r);
+    }
+    // and a wrong cache is caught: decoding the last token at the wrong history differs
+    full->vt->reset(full);
+    forward(full, seq + 1, n - 1, 0, NULL, lf);
+    cr_assert(max_rel(lf + (n - 2) * V, li, V) > 1e-6, "%s: logits do not depend on the history", fixture);
+
+    inc->vt->close(inc), full->vt->close(full);
+    td_model_close(m);
+    free(li), free(lf);
+}
+
+Test(reference, kv_cache_decode_equals_prefill, .init = make_tmpdir, .fini = remove_tmpdir) {
+    check_kv_cache("llama-f32", "ref");
+    check_kv_cache("llama-q4_k", "ref");
+    check_kv_cache("qwen3-q8_0", "ref");
+    check_kv_cache("qwen3moe-f32", "ref");
+    check_kv_cache("qwen3moe-q6_k", "ref32");
+}
+
+/* ------------------------------------------------------------------------ */
+/* ref32 vs ref: the control arm's error at out.logits must be that of an
+ * honest f32 computation: well above f64 noise, well below a bug.           */
+
+/* Relative L2 of ref32 against ref over the logits of a prefill of 4 tokens
+ * and 4 decode steps pinned to ref's greedy choices. */
+static double ref32_rel_l2(const td_model *m) {
+    const int64_t V = m->hp.n_vocab, T = 4, steps = 4;
+    td_backend *a = open_backend("ref", m, 16), *b = open_backend("ref32", m, 16);
+    double *la = malloc(sizeof(double) * T * V), *lb = malloc(sizeof(double) * T * V);
+    const int32_t prompt[4] = {1, 20, 40, 60};
+    double num = 0, den = 0;
+    forward(a, prompt, T, 0, NULL, la);
+    forward(b, prompt, T, 0, NULL, lb);
+    for (int64_t s = 0;; s++) {
+        const int64_t rows = s == 0 ? T : 1;
+        for (int64_t i = 0; i < rows * V; i++) {
+            num += (lb[i] - la[i]) * (lb[i] - la[i]);
+            den += la[i] * la[i];
+        }
+        if (s == steps) break;
+        int32_t tok = argmax(la + (rows - 1) * V, V);
+        forward(a, &tok, 1, T + s, NULL, la);
+        forward(b, &tok, 1, T + s, NULL, lb);
+    }
+    a->vt->close(a), b->vt->close(b);
+    free(la), free(lb);
+    return sqrt(num / den);
+}
+
+Test(reference, ref32_vs_ref_error_band, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const size_t n = td_fixture_count();
+    cr_assert_gt(n, 0);
+    fprintf(stderr, "[reference] ref32 vs ref, relative L2 error at out.logits (prefill 4 + 4 decode steps):\n");
+    for (size_t i = 0; i < n; i++) {
+        const char *name = td_fixture_at(i)->name;
+        td_model *m = open_fixture(name);
+        double e = ref32_rel_l2(m);
+        fprintf(stderr, "[reference]   %-18s %.3e\n", name, e);
+        cr_expect(e >= 1e-8 && e <= 1e-4, "%s: ref32 vs ref relative L2 %.3e outside [1e-8, 1e-4]", name, e);
+        td_model_close(m);
+    }
+    const char *st = stories_path();
+    if (st) {
+        td_model *m = NULL;
+        td_err err = {{0}};
+        cr_assert_eq(td_model_open(&m, st, &err), TD_OK, "%s", err.msg);
+        double e = ref32_rel_l2(m);
+        fprintf(stderr, "[reference]   %-18s %.3e\n", "stories260K", e);
+        cr_expect(e >= 1e-8 && e <= 1e-4, "stories260K: ref32 vs ref relative L2 %.3e outside [1e-8, 1e-4]", e);
+        td_model_close(m);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Router ties: qwen3moe-ties plants, for even token ids in layer 0, two
+ * experts with bitwise equal probabilities at ranks K and K+1; the reference
+ * keeps the lower index.                                                    */
+
+Test(reference, router_tie_keeps_lower_expert, .init = make_tmpdir, .fini = remove_tmpdir) {
+    td_model *m = open_fixture(TD_FIXTURE_TIES_NAME);
+    const td_fixture_ties_plan *plan = td_fixture_ties();
+    const int64_t X = m->hp.n_expert, K = m->hp.n_expert_used, T = 4;
+    cr_assert_eq(K, 2);
+    char h5[400];
+    snprintf(h5, sizeof h5, "%s/ties.h5", tmpdir);
+    td_tap_options o = td_tap_options_default();
+    o.filter = "blk.0.moe_*";
+    td_tap_sink *sink = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_tap_sink_open(&sink, h5, &o, &err), TD_OK, "%s", err.msg);
+    const int32_t tok[4] = {4, 10, 7, 100};
+    double *lg = malloc(sizeof(double) * T * m->hp.n_vocab);
+    td_backend *b = open_backend("ref", m, 8);
+    cr_assert_eq(td_tap_step_begin(sink, TD_STEP_PREFILL, 0, T, &err), TD_OK, "%s", err.msg);
+    forward(b, tok, T, 0, sink, lg);
+    cr_assert_eq(td_tap_step_end(sink, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_sink_close(sink, &err), TD_OK, "%s", err.msg);
+    b->vt->close(b);
+
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, h5, &err), TD_OK, "%s", err.msg);
+    int64_t topk[8];
+    double probs[32];
+    cr_assert_eq(td_tapfile_read_i64(f, 0, "blk.0.moe_topk", topk, (uint64_t)(T * K), &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_read_f64(f, 0, "blk.0.moe_probs", probs, (uint64_t)(T * X), &err), TD_OK, "%s", err.msg);
+    int n_ties = 0;
+    for (int64_t t = 0; t < T; t++) {
+        const double *p = probs + t * X;
+        if (td_fixture_ties_is_tie_token(tok[t])) {
+            n_ties++;
+            cr_assert_eq(p[plan->expert_a], p[plan->expert_b], "token %d: the planted tie is not exact", tok[t]);
+            cr_assert_eq(topk[t * K + 0], 0, "token %d: rank 0", tok[t]);
+            cr_assert_eq(topk[t * K + 1], (int64_t)plan->expert_a,
+                         "token %d: tie between experts %u and %u must keep the lower one, got %lld", tok[t],
+                         plan->expert_a, plan->expert_b, (long long)topk[t * K + 1]);
+        } else {
+            cr_assert_eq(topk[t * K + 0], 1, "odd token %d: rank 0", tok[t]);
+        }
+    }
+    cr_assert_eq(n_ties, 3);
+    td_tapfile_close(f);
+    td_model_close(m);
+    free(lg);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Errors: bad input is a status with a message, never a crash.              */
+
+Test(reference, bad_input_is_reported, .init = make_tmpdir, .fini = remove_tmpdir) {
+    td_model *m = open_fixture("llama-f32");
+    const int64_t V = m->hp.n_vocab;
+    td_backend *b = open_backend("ref", m, 4);
+    double *lg = malloc(sizeof(double) * 8 * V);
+    td_err err = {{0}};
+    const int32_t ok[5] = {1, 2, 3, 4, 5};
+    const int32_t bad = (int32_t)V;
+    cr_assert_eq(b->vt->forward(b, &bad, 1, 0, NULL, lg, &err), TD_EINPUT);
+    cr_assert(strstr(err.msg, "vocabulary"), "message: %s", err.msg);
+    cr_assert_eq(b->vt->forward(b, ok, 5, 0, NULL, lg, &err), TD_EINPUT, "n_ctx 4 must refuse 5 positions");
+    cr_assert(strstr(err.msg, "n_ctx"), "message: %s", err.msg);
+    cr_assert_eq(b->vt->forward(b, ok, 2, 1, NULL, lg, &err), TD_EINPUT, "pos0 must continue the sequence");
+    forward(b, ok, 4, 0, NULL, lg);
+    cr_assert_eq(b->vt->forward(b, ok, 1, 4, NULL, lg, &err), TD_EINPUT, "the cache is full");
+    b->vt->reset(b);
+    forward(b, ok, 4, 0, NULL, lg);
+    b->vt->close(b);
+    td_model_close(m);
+    free(lg);
+}
+
+/* ------------------------------------------------------------------------ */
+/* stories260K: a real trained model speaks English greedily from BOS.       */
+
+/* Common English words (function words and the simple vocabulary of
+ * TinyStories). A correct forward's greedy story uses almost only these (and
+ * names); a subtly broken one (RoPE pairs swapped, say) still starts with
+ * "Once upon a time" but soon produces non-words ("tooking", "ffarden"). */
+static const char *const common_words[] = {
+    "a", "about", "after", "again", "all", "also", "always", "am", "an", "and", "any", "are", "around", "as", "ask",
+    "asked", "at", "away", "back", "bad", "ball", "be", "because", "bed", "been", "before", "best", "big", "bird",
+    "birds", "blue", "boat", "book", "box", "boy", "but", "by", "call", "called", "came", "can", "can't", "car",
+    "cat", "come", "could", "cried", "dad", "day", "did", "didn't", "do", "does", "dog", "don't", "door", "down",
+    "each", "eat", "end", "even", "every", "eyes", "fast", "felt", "find", "fine", "first", "fish", "for", "found",
+    "friend", "friends", "from", "fun", "game", "gave", "get", "girl", "give", "go", "going", "good", "got", "great",
+    "green", "had", "happy", "hard", "has", "have", "he", "help", "her", "here", "high", "him", "his", "home",
+    "house", "how", "hug", "i", "i'm", "if", "in", "into", "is", "it", "it's", "its", "jump", "just", "kind", "knew",
+    "know", "laugh", "learned", "let", "let's", "like", "little", "lived", "look", "looked", "lot", "love", "loved",
+    "made", "make", "man", "many", "may", "me", "mom", "mommy", "more", "most", "much", "must", "my", "name", "named",
+    "new", "next", "nice", "night", "no", "not", "now", "of", "off", "oh", "old", "on", "once", "one", "or", "other",
+    "our", "out", "outside", "over", "park", "play", "played", "playing", "please", "pretty", "put", "ran", "red",
+    "remember", "right", "room", "run", "said", "sad", "saw", "say", "see", "she", "shiny", "should", "sky",
+    "small", "smile", "so", "some", "something", "soon", "sorry", "start", "started", "stay", "still", "stop",
+    "story", "sun", "sure", "surprised", "take", "tell", "than", "thank", "that", "the", "their", "them", "then",
+    "there", "they", "thing", "things", "think", "this", "through", "time", "to", "together", "too", "took", "toy",
+    "toys", "tree", "tried", "try", "two", "under", "up", "upon", "us", "very", "walk", "want", "wanted", "was",
+    "water", "way", "we", "went", "were", "what", "when", "where", "which", "while", "white", "who", "why", "will",
+    "with", "wish", "won't", "word", "work", "would", "yes", "you", "your",
+};
+
+static int is_common_word(const char *w) {
+    for (size_t i = 0; i < sizeof common_words / sizeof common_words[0]; i++)
+        if (!strcmp(w, common_words[i])) return 1;
+    return 0;
+}
+
+/* Counts the words ([a-z']+, lower-cased) of text[0..n) and the common ones. */
+static void count_words(const char *text, size_t n, int *words, int *common) {
+    *words = *common = 0;
+    char w[64];
+    size_t len = 0;
+    for (size_t i = 0; i <= n; i++) {
+        char c = i < n ? text[i] : ' ';
+        if (c >= 'A' && c <= 'Z') c = (char)(c - 'A' + 'a');
+        if ((c >= 'a' && c <= 'z') || (c == '\'' && len > 0)) {
+            if (len + 1 < sizeof w) w[len++] = c;
+            continue;
+        }
+        if (len) {
+            w[len] = '\0';
+            (*words)++;
+            *common += is_common_word(w);
+            len = 0;
+        }
+    }
+}
+
+Test(reference, stories260K_greedy_is_english) {
+    const char *bin = tapdiff_bin();
+    const char *st = stories_path();
+    if (!st) cr_skip_test("stories260K.gguf not found under $TD_SHARED/models (no ../shared)");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 1 --steps 200 --taps none --quiet 2>&1",
+             bin, st);
+    char *quiet = NULL;
+    cr_assert_eq(run_cmd(cmd, &quiet), 0, "%s failed:\n%s", cmd, quiet);
+    cr_assert(strstr(quiet, "tokens/s"), "the summary line is missing:\n%s", quiet);
+    free(quiet);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 1 --steps 200 --taps none 2>/dev/null",
+             bin, st);
+    char *out = NULL;
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s failed:\n%s", cmd, out);
+
+    // keep the output for the lead (cwd is the build directory under meson)
+    FILE *keep = fopen("reference_stories260K_greedy.txt", "w");
+    if (keep) {
+        fprintf(keep, "$ %s\n%s", cmd, out);
+        fclose(keep);
+    }
+    fprintf(stderr, "[reference] stories260K greedy from BOS, 200 steps:\n%s", out);
+
+    const char *text = strstr(out, "sampled text:");
+    cr_assert_not_null(text, "no text line in:\n%s", out);
+    text += strlen("sampled text:");
+    // the summary line follows the text; the text itself may hold newlines
+    const char *summary = strstr(text, "\nrun: backend ref");
+    cr_assert_not_null(summary);
+    const size_t n = (size_t)(summary - text);
+    size_t ascii = 0;
+    for (size_t i = 0; i < n; i++) ascii += (unsigned char)text[i] < 128;
+    cr_assert_gt(n, 400, "200 tokens of text should be several hundred characters, got %zu", n);
+    cr_assert_eq(ascii, n, "TinyStories text is ASCII");
+    cr_assert(strstr(text, "Once upon a time"), "no 'Once upon a time' in: %.*s", (int)n, text);
+    int words, common;
+    count_words(text, n, &words, &common);
+    fprintf(stderr, "[reference] stories260K: %d of %d words are common English words\n", common, words);
+    cr_assert_geq(words, 60, "too few words: %.*s", (int)n, text);
+    cr_assert_geq(common * 100, words * 85, "only %d of %d words are common English words in: %.*s", common, words,
+                  (int)n, text);
+    free(out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The tap file of `tapdiff run --taps full`: names in execution order,
+ * shapes, dtypes, steps, provenance, the greedy self-check, hist.tokens.    */
+
+typedef struct want_tap {
+    char name[64];
+    int64_t d0, d1; /* d1 = 0: 1-D */
+    td_dtype dt;
+} want_tap;
+
+/* The taps of one step, in execution order; `fdt` is the dtype of the float
+ * taps (f64 for ref, f32 for ref32). */
+static int expected_taps(const td_model *m, int64_t T, int64_t n_hist, td_dtype fdt, want_tap *w) {
+    const td_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, KD = (int64_t)hp->n_head_kv * hp->head_dim;
+    const int64_t F = hp->n_ff, X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab;
+    int n = 0;
+#define W(nm, a, b, t) (snprintf(w[n].name, sizeof w[n].name, "%s", nm), w[n].d0 = (a), w[n].d1 = (b), w[n++].dt = (t))
+    W("inp.tokens", T, 0, TD_DT_I32);
+    W("inp.pos", T, 0, TD_DT_I32);
+    W("inp.embd", T, E, fdt);
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        char nm[64];
+#define WL(s, a, b, t) (snprintf(nm, sizeof nm, "blk.%u.%s", l, s), W(nm, a, b, t))
+        WL("attn_norm", T, E, fdt);
+        WL("attn_q", T, HD, fdt);
+        WL("attn_k", T, KD, fdt);
+        WL("attn_v", T, KD, fdt);
+        if (hp->arch != TD_ARCH_LLAMA) {
+            WL("attn_q_norm", T, HD, fdt);
+            WL("attn_k_norm", T, KD, fdt);
+        }
+        WL("attn_q_rope", T, HD, fdt);
+        WL("attn_k_rope", T, KD, fdt);
+        WL("attn_ctx", T, HD, fdt);
+        WL("attn_out", T, E, fdt);
+        WL("ffn_inp", T, E, fdt);
+        WL("ffn_norm", T, E, fdt);
+        if (X > 0) {
+            WL("moe_logits", T, X, fdt);
+            WL("moe_probs", T, X, fdt);
+            WL("moe_topk", T, K, TD_DT_I32);
+            WL("moe_weights", T, K, fdt);
+        } else {
+            WL("ffn_gate", T, F, fdt);
+            WL("ffn_up", T, F, fdt);
+            WL("ffn_act", T, F, fdt);
+        }
+        WL("ffn_out", T, E, fdt);
+        WL("out", T, E, fdt);
+#undef WL
+    }
+    W("out.norm", T, E, fdt);
+    W("out.logits", T, V, fdt);
+    W("hist.tokens", n_hist, 0, TD_DT_I64);
+#undef W
+    return n;
+}
+
+static void check_tap_file(const char *model_path, const td_model *m, const char *backend) {
+    const int is32 = !strcmp(backend, "ref32");
+    const char *bin = tapdiff_bin();
+    char h5[400], cmd[2048];
+    snprintf(h5, sizeof h5, "%s/run.h5", tmpdir);
+    const int64_t P = 3, N = 3;
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend %s --tokens 1,2,3 --steps %lld --taps full --out '%s' 2>&1",
+             bin, model_path, backend, (long long)N, h5);
+    char *out = NULL;
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s:\n%s", cmd, out);
+    free(out);
+
+    td_err err = {{0}};
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, h5, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_n_steps(f), 1 + N);
+
+    // provenance
+    char *v = NULL, sha[65];
+    cr_assert_eq(td_sha256_file(model_path, sha, &err), TD_OK);
+    const char *want_attr[][2] = {{"model_sha256", sha}, {"backend", backend},     {"precision", is32 ? "f32" : "f64"},
+                                  {"decode", "greedy"},  {"arch", td_arch_name(m->hp.arch)}};
+    for (size_t i = 0; i < sizeof want_attr / sizeof want_attr[0]; i++) {
+        cr_assert_eq(td_tapfile_attr_str(f, want_attr[i][0], &v, &err), TD_OK, "%s", err.msg);
+        cr_assert_str_eq(v, want_attr[i][1], "attribute %s", want_attr[i][0]);
+        free(v);
+    }
+    const char *present[] = {"model", "backend_version", "threads", "tapdiff_version", "git_revision", "command_line"};
+    for (size_t i = 0; i < sizeof present / sizeof present[0]; i++) {
+        cr_assert_eq(td_tapfile_attr_str(f, present[i], &v, &err), TD_OK, "attribute %s: %s", present[i], err.msg);
+        free(v);
+    }
+
+    // every step: kind, positions, names in execution order, shapes, dtypes
+    want_tap *w = calloc(512, sizeof *w);
+    const int64_t V = m->hp.n_vocab;
+    int64_t prev_argmax = -1, consumed = 0;
+    for (int64_t s = 0; s <= N; s++) {
+        td_step_info si;
+        cr_assert_eq(td_tapfile_step(f, s, &si, &err), TD_OK, "%s", err.msg);
+        const int64_t T = s == 0 ? P : 1;
+        cr_assert_eq(si.kind, s == 0 ? TD_STEP_PREFILL : TD_STEP_DECODE);
+        cr_assert_eq(si.pos0, s == 0 ? 0 : P + s - 1);
+        cr_assert_eq(si.n_tokens, T);
+        consumed += T;
+        int nw = expected_taps(m, T, consumed < TD_REF_HIST_W ? consumed : TD_REF_HIST_W, is32 ? TD_DT_F32 : TD_DT_F64, w);
+        td_tap_info *taps = NULL;
+        int64_t nt = 0;
+        cr_assert_eq(td_tapfile_step_taps(f, s, &taps, &nt, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(nt, nw, "step %lld: %lld taps, expected %d", (long long)s, (long long)nt, nw);
+        for (int i = 0; i < nw; i++) {
+            cr_assert_str_eq(taps[i].name, w[i].name, "step %lld tap #%d", (long long)s, i);
+            cr_assert_eq(taps[i].dtype, w[i].dt, "%s dtype", w[i].name);
+            cr_assert_eq(taps[i].ndim, w[i].d1 ? 2 : 1, "%s ndim", w[i].name);
+            cr_assert_eq(taps[i].shape[0], w[i].d0, "%s shape[0]", w[i].name);
+            if (w[i].d1) cr_assert_eq(taps[i].shape[1], w[i].d1, "%s shape[1]", w[i].name);
+            cr_assert(taps[i].has_data, "%s has no data in full mode", w[i].name);
+            cr_assert_eq(taps[i].fp.n_nonfinite, 0, "%s has non-finite values", w[i].name);
+            if (i) cr_assert_gt(taps[i].seq, taps[i - 1].seq);
+        }
+        free(taps);
+        // greedy self-check: this step consumed the previous step's argmax
+        int64_t tok[3];
+        cr_assert_eq(td_tapfile_read_i64(f, s, "inp.tokens", tok, (uint64_t)T, &err), TD_OK, "%s", err.msg);
+        if (s > 0) cr_assert_eq(tok[0], prev_argmax, "step %lld consumed %lld, the argmax was %lld", (long long)s,
+                                (long long)tok[0], (long long)prev_argmax);
+        double *lg = malloc(sizeof(double) * (size_t)(T * V));
+        cr_assert_eq(td_tapfile_read_f64(f, s, "out.logits", lg, (uint64_t)(T * V), &err), TD_OK, "%s", err.msg);
+        prev_argmax = argmax(lg + (T - 1) * V, V);
+        free(lg);
+        // hist.tokens: every id consumed so far, oldest first (fewer than W here)
+        int64_t hist[16];
+        cr_assert_eq(td_tapfile_read_i64(f, s, "hist.tokens", hist, (uint64_t)consumed, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(hist[consumed - 1], tok[T - 1]);
+        if (s == 0) cr_assert(hist[0] == 1 && hist[1] == 2 && hist[2] == 3);
+    }
+    free(w);
+    td_tapfile_close(f);
+}
+
+Test(reference, tap_file_full, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const char *names[] = {"llama-q8_0", "qwen3-f32", "qwen3moe-q4_k", "qwen3moe-f32"};
+    const char *backends[] = {"ref", "ref", "ref", "ref32"};
+    for (size_t i = 0; i < 4; i++) {
+        char path[512];
+        td_err err = {{0}};
+        cr_assert_eq(td_fixture_write(names[i], tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+        td_model *m = NULL;
+        cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+        check_tap_file(path, m, backends[i]);
+        td_model_close(m);
+    }
+}
+
+/* --taps PATTERN: every tap is recorded, only the matching ones with data;
+ * --taps fingerprint: none with data. */
+Test(reference, tap_modes, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const char *bin = tapdiff_bin();
+    char path[512], cmd[2048], h5[600];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("qwen3moe-q8_0", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    const char *modes[] = {"out.*,blk.1.moe_*", "fingerprint"};
+    for (int k = 0; k < 2; k++) {
+        snprintf(h5, sizeof h5, "%s/m%d.h5", tmpdir, k);
+        snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 5,6 --steps 1 --taps '%s' --out '%s' 2>&1",
+                 bin, path, modes[k], h5);
+        char *out = NULL;
+        cr_assert_eq(run_cmd(cmd, &out), 0, "%s\n%s", cmd, out);
+        free(out);
+        td_tapfile *f = NULL;
+        cr_assert_eq(td_tapfile_open(&f, h5, &err), TD_OK, "%s", err.msg);
+        td_tap_info *taps = NULL;
+        int64_t nt = 0, with_data = 0;
+        cr_assert_eq(td_tapfile_step_taps(f, 1, &taps, &nt, &err), TD_OK, "%s", err.msg);
+        for (int64_t i = 0; i < nt; i++) {
+            const char *nm = taps[i].name;
+            int want = k == 0 && (!strncmp(nm, "out.", 4) || !strncmp(nm, "blk.1.moe_", 10));
+            cr_assert_eq(taps[i].has_data, want, "mode %s: tap %s has_data = %d", modes[k], nm, taps[i].has_data);
+            cr_assert_eq(taps[i].fp.count, (uint64_t)(taps[i].shape[0] * (taps[i].ndim > 1 ? taps[i].shape[1] : 1)));
+            with_data += taps[i].has_data;
+        }
+        cr_assert_eq(with_data, k == 0 ? 6 : 0); // out.norm, out.logits, blk.1.moe_{logits,probs,topk,weights}
+        free(taps);
+        td_tapfile_close(f);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* tapdiff run: exit codes and pinned decoding.                              */
+
+Test(reference, run_exit_codes_and_pinned, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const char *bin = tapdiff_bin();
+    char path[512], cmd[2048];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("llama-f32", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    struct {
+        const char *args;
+        int status;
+    } cases[] = {
+        {"--help", 0},
+        {"--model M --backend ref --tokens 1,2 --steps 2", 0},
+        {"--model M --backend ref32 --tokens-file TOK --steps 1 --quiet", 0},
+        {"--model M --backend ref --tokens 1,320", 3},                 // V = 320
+        {"--model M --backend ref --tokens 1,x", 2},
+        {"--model M --backend nope --tokens 1", 2},
+        {"--model M --backend ref", 2},
+        {"--model M --backend ref --tokens 1 --taps full", 2},          // no --out
+        {"--model M --backend ref --tokens 1 --bogus 3", 2},
+        {"--model M.missing --backend ref --tokens 1", 3},
+        {"--model M --backend ref --tokens-file M.missing", 3},
+        {"--model M --backend ref --tokens 1 --decode pinned:PIN --steps 5", 3}, // PIN holds 3 ids
+    };
+    char tokfile[600], pinfile[600];
+    snprintf(tokfile, sizeof tokfile, "%s/tok.txt", tmpdir);
+    snprintf(pinfile, sizeof pinfile, "%s/pin.txt", tmpdir);
+    FILE *f = fopen(tokfile, "w");
+    fputs("1, 5\n9\n", f);
+    fclose(f);
+    f = fopen(pinfile, "w");
+    fputs("7 8,9", f);
+    fclose(f);
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        // substitute M, TOK and PIN
+        char args[1024] = "";
+        for (const char *p = cases[i].args; *p;) {
+            if (!strncmp(p, "TOK", 3)) strcat(args, tokfile), p += 3;
+            else if (!strncmp(p, "PIN", 3)) strcat(args, pinfile), p += 3;
+            else if (*p == 'M' && (p[1] == ' ' || p[1] == '.')) strcat(args, path), p += 1;
+            else strncat(args, p++, 1);
+        }
+        snprintf(cmd, sizeof cmd, "'%s' run %s >/dev/null 2>&1", bin, args);
+        cr_expect_eq(run_cmd(cmd, NULL), cases[i].status, "exit status of: %s", cmd);
+    }
+
+    // pinned from a text file: the fed ids are the file's, whatever the argmax
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 1 --decode pinned:'%s' --out '%s/p.h5' 2>&1",
+             bin, path, pinfile, tmpdir);
+    char *out = NULL;
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s\n%s", cmd, out);
+    cr_assert(strstr(out, "fed: 7 8 9\n"), "output:\n%s", out);
+    free(out);
+    // pinned from that tap file: the same prompt and decode tokens are fed
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref32 --decode pinned:'%s/p.h5' 2>&1", bin, path,
+             tmpdir);
+    cr_assert_eq(run_cmd(cmd, &out), 0, "%s\n%s", cmd, out);
+    cr_assert(strstr(out, "fed: 7 8 9\n"), "output:\n%s", out);
+    cr_assert(strstr(out, "prefill 1 + decode 3 steps (pinned)"), "output:\n%s", out);
+    free(out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The runner in-process (what bisect/gate use).                             */
+
+Test(reference, runner_in_process, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("qwen3-q6_k", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    const int32_t prompt[3] = {10, 20, 30};
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = path;
+    c.backend = "ref";
+    c.prompt = prompt;
+    c.n_prompt = 3;
+    c.n_steps = 4;
+    td_run_result r;
+    cr_assert_eq(td_run(&c, &r, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(r.n_forwards, 5);
+    for (int64_t s = 0; s < 4; s++) cr_assert_eq(r.fed[s], r.sampled[s], "greedy feeds back the argmax");
+    cr_assert_eq(r.sampled[4], td_argmax(r.final_logits, r.n_vocab));
+
+    // the same through the backend directly: identical final logits
+    td_model *m = NULL;
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    td_backend *b = open_backend("ref", m, 7);
+    double *lg = malloc(sizeof(double) * 3 * r.n_vocab);
+    forward(b, prompt, 3, 0, NULL, lg);
+    for (int64_t s = 0; s < 4; s++) forward(b, &r.fed[s], 1, 3 + s, NULL, lg);
+    cr_assert_eq(memcmp(lg, r.final_logits, sizeof(double) * r.n_vocab), 0);
+    b->vt->close(b);
+    td_model_close(m);
+    free(lg);
+    td_run_result_free(&r);
+
+    // argmax: lowest id wins ties, NaN never wins
+    const double x[5] = {NAN, 1, 3, 3, 2};
+    cr_assert_eq(td_argmax(x, 5), 2);
+}

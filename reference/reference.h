@@ -1,0 +1,86 @@
+/* tapdiff reference forward: the oracle every other arm is compared with.
+ *
+ * Two backends from one code path (reference_impl.h, compiled twice):
+ *   "ref"   computes in double (weights decoded to f64): the oracle;
+ *   "ref32" computes the same operations in float (weights decoded to f32):
+ *           the control arm, what an honest f32 implementation's error is.
+ * Architectures: llama (dense, or Mixtral-style MoE when expert_count > 0),
+ * qwen3, qwen3moe. The math is ../shared/spec/primitives.md and arch-*.md.
+ *
+ * The primitives are exported (f64 and f32) so tests can check each one
+ * against hand-worked numbers. Conventions: output first, sizes last; shapes
+ * in comments are row-major, outermost first ((T, E) = T rows of E values);
+ * letters follow the spec (E, H, Hkv, D, R, F, X, K, T, V). */
+#ifndef TD_REFERENCE_H
+#define TD_REFERENCE_H
+
+#include <stdint.h>
+
+#include "backend.h"
+#include "model.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The two backend tables (registered in backends/registry.c). */
+extern const td_backend_vt td_ref_backend_f64; /* "ref" */
+extern const td_backend_vt td_ref_backend_f32; /* "ref32" */
+
+/* Length of the token history tap hist.tokens (the last W ids consumed). */
+#define TD_REF_HIST_W 16
+
+/* RoPE parameters of primitives.md §2 (scalars as given by the model; each
+ * arm converts them to its own precision). */
+typedef struct td_ref_rope {
+    td_rope_type type;       /* NORM: pairs (x[2i], x[2i+1]); NEOX: (x[i], x[i+R/2]) */
+    int64_t D;               /* head dim */
+    int64_t R;               /* rotated dims, even, <= D; dims R..D-1 pass unchanged */
+    double base;             /* b: omega_i = b^(-2i/R) */
+    td_rope_scaling scaling; /* NONE (freq_scale ignored), LINEAR, YARN */
+    double freq_scale;       /* 1/factor */
+    double attn_factor;      /* magnitude factor (1 = none) */
+    double n_ctx_orig;       /* YaRN original context length */
+} td_ref_rope;
+
+/* Query head h uses KV head floor(h / (H/Hkv)) (consecutive query heads share
+ * one KV head, as HF repeat_kv). Hkv divides H. */
+int64_t td_ref_gqa_kv_head(int64_t h, int64_t H, int64_t Hkv);
+
+/* ---- f64 primitives --------------------------------------------------- */
+
+/* out (n) = w (n) * x / sqrt(mean(x^2) + eps). out may alias x. */
+void td_ref_rmsnorm_f64(double *out, const double *x, const double *w, double eps, int64_t n);
+/* out (n) = exp(x - max) / sum(exp(x - max)), summed in index order. out may alias x. */
+void td_ref_softmax_f64(double *out, const double *x, int64_t n);
+/* out (n) = silu(gate) * up, silu(z) = z / (1 + exp(-z)). */
+void td_ref_swiglu_f64(double *out, const double *gate, const double *up, int64_t n);
+/* Rotates x (n_heads, D) in place for position pos. ff (R/2): frequency
+ * factors (rope_freqs), NULL = none. */
+void td_ref_rope_f64(double *x, int64_t pos, const td_ref_rope *c, const double *ff, int64_t n_heads);
+/* Causal GQA attention. q (T, H*D); k, v (n_kv, Hkv*D) indexed by position;
+ * token t sees cached positions 0..pos[t] (pos[t] < n_kv). att: scratch of
+ * max(pos)+1 values. out (T, H*D). Scale 1/sqrt(D). */
+void td_ref_attention_f64(double *out, const double *q, const double *k, const double *v, const int64_t *pos,
+                          double *att, int64_t T, int64_t H, int64_t Hkv, int64_t D);
+/* MoE routing of one token (primitives §5): topk (K) = indices of the K
+ * largest probs (X), largest first; among EQUAL probabilities the LOWER
+ * expert index ranks first (what a stable descending sort gives; llama.cpp
+ * leaves this order unspecified). weights (K) = probs[topk] / max(sum, 2^-14),
+ * the sum taken in rank order. */
+void td_ref_moe_route_f64(int32_t *topk, double *weights, const double *probs, int64_t X, int64_t K);
+
+/* ---- f32 primitives (ref32): the same code computing in float ---------- */
+
+void td_ref_rmsnorm_f32(float *out, const float *x, const float *w, float eps, int64_t n);
+void td_ref_softmax_f32(float *out, const float *x, int64_t n);
+void td_ref_swiglu_f32(float *out, const float *gate, const float *up, int64_t n);
+void td_ref_rope_f32(float *x, int64_t pos, const td_ref_rope *c, const float *ff, int64_t n_heads);
+void td_ref_attention_f32(float *out, const float *q, const float *k, const float *v, const int64_t *pos,
+                          float *att, int64_t T, int64_t H, int64_t Hkv, int64_t D);
+void td_ref_moe_route_f32(int32_t *topk, float *weights, const float *probs, int64_t X, int64_t K);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

@@ -1,0 +1,700 @@
+/* tapdiff reference forward: the ONE implementation behind "ref" (double) and
+ * "ref32" (float). Not a header for other code: reference_f64.c and
+ * reference_f32.c each define the arithmetic type `real` and the libm
+ * functions of that precision, then #include this file once.
+ *
+ * This is the algorithmic reference, the oracle the other arms are measured
+ * against, and it refuses to be anything else: plain scalar C that follows
+ * ../shared/spec/primitives.md and arch-{llama,qwen3,qwen3moe}.md line by
+ * line. No SIMD, no threads, no blocking, no fused kernels; every sum runs in
+ * index order, so a run is bit-reproducible. Weights stay in the mapped file:
+ * a weight row is decoded into one scratch row when it is needed and, for a
+ * prefill of T tokens, used for all T tokens before the next row is decoded.
+ * No weight matrix is ever copied, so memory is the mapping + activations +
+ * the KV cache.
+ *
+ * The includer defines:
+ *   real                     double or float
+ *   REAL_SUFFIX              f64 / f32 (suffix of the exported primitives)
+ *   REAL_DTYPE               TD_DT_F64 / TD_DT_F32 (dtype of every float tap)
+ *   REAL_DECODE_ROW          td_tensor_decode_row_f64 / _f32
+ *   R_SQRT R_EXP R_LOG R_POW R_COS R_SIN R_FLOOR R_CEIL   libm in that precision
+ *   REF_NAME REF_PRECISION   "ref" "f64" / "ref32" "f32"
+ */
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "reference.h"
+#include "td_config.h"
+
+#define REF_CAT_(a, b) a##_##b
+#define REF_CAT(a, b) REF_CAT_(a, b)
+/* FN(rmsnorm) -> td_ref_rmsnorm_f64 / td_ref_rmsnorm_f32 */
+#define FN(name) REF_CAT(td_ref_##name, REAL_SUFFIX)
+
+/* ===================================================================== */
+/* Primitives (primitives.md §1-§5)                                      */
+/* ===================================================================== */
+
+static real dot(const real *a, const real *b, int64_t n) {
+    real s = 0;
+    for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+void FN(rmsnorm)(real *out, const real *x, const real *w, real eps, int64_t n) {
+    real ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    // eps goes inside the square root, added to the MEAN of squares (§1)
+    const real rms = R_SQRT(ss / (real)n + eps);
+    for (int64_t i = 0; i < n; i++) out[i] = w[i] * (x[i] / rms);
+}
+
+void FN(softmax)(real *out, const real *x, int64_t n) {
+    // subtract the max so that exp never overflows (inputs of 1000 are fine)
+    real max = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    real sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = R_EXP(x[i] - max);
+        sum += out[i];
+    }
+    for (int64_t i = 0; i < n; i++) out[i] /= sum;
+}
+
+void FN(swiglu)(real *out, const real *gate, const real *up, int64_t n) {
+    for (int64_t i = 0; i < n; i++) {
+        const real g = gate[i];
+        out[i] = g / (1 + R_EXP(-g)) * up[i]; // silu(g) * up
+    }
+}
+
+/* YaRN correction dimension for a number of rotations beta (§2.3). */
+static real yarn_corr_dim(real beta, const td_ref_rope *c) {
+    const real R = (real)c->R;
+    return R * R_LOG((real)c->n_ctx_orig / (2 * (real)M_PI * beta)) / (2 * R_LOG((real)c->base));
+}
+
+void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_t n_heads) {
+    // x: (n_heads, D), rotated in place; only the first R dims of each head
+    const int64_t D = c->D, R = c->R, half = c->R / 2;
+    const int yarn = c->scaling == TD_ROPE_SCALING_YARN;
+    const real freq_scale = c->scaling == TD_ROPE_SCALING_NONE ? 1 : (real)c->freq_scale;
+    real m = (real)c->attn_factor;
+    real lo = 0, hi = 0;
+    if (yarn) {
+        const real factor = 1 / freq_scale;
+        if (factor > 1) m *= 1 + (real)0.1 * R_LOG(factor);
+        lo = R_FLOOR(yarn_corr_dim(32, c)); // beta_fast
+        if (lo < 0) lo = 0;
+        hi = R_CEIL(yarn_corr_dim(1, c)); // beta_slow
+        if (hi > (real)(R - 1)) hi = (real)(R - 1);
+    }
+    for (int64_t i = 0; i < half; i++) {
+        // the exponent uses R, not D
+        const real omega = R_POW((real)c->base, -(real)(2 * i) / (real)R);
+        real extrap = (real)pos * omega;
+        if (ff) extrap /= ff[i];
+        const real interp = freq_scale * extrap;
+        real theta = interp;
+        if (yarn) {
+            real span = hi - lo;
+            if (span < (real)0.001) span = (real)0.001;
+            real r = ((real)i - lo) / span;
+            if (r < 0) r = 0;
+            if (r > 1) r = 1;
+            const real mix = 1 - r; // ramp * ext_factor, ext_factor = 1
+            theta = interp * (1 - mix) + extrap * mix;
+        }
+        const real cs = R_COS(theta), sn = R_SIN(theta);
+        for (int64_t h = 0; h < n_heads; h++) {
+            real *xh = x + h * D;
+            // NORM pairs adjacent values; NEOX pairs the two halves of the rotated span
+            const int64_t a = c->type == TD_ROPE_NORM ? 2 * i : i;
+            const int64_t b = c->type == TD_ROPE_NORM ? 2 * i + 1 : i + half;
+            const real u = xh[a], v = xh[b];
+            xh[a] = m * (u * cs - v * sn);
+            xh[b] = m * (u * sn + v * cs);
+        }
+    }
+}
+
+void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
+                   int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+    // out, q: (T, H*D); k, v: (n_kv, Hkv*D), row s = position s; att: (pos[t]+1)
+    const real scale = 1 / R_SQRT((real)D);
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t n = pos[t] + 1; // causal: positions 0..pos[t], the token itself included
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
+            const real *qh = q + (t * H + h) * D;
+            for (int64_t s = 0; s < n; s++) att[s] = scale * dot(qh, k + (s * Hkv + g) * D, D);
+            FN(softmax)(att, att, n);
+            real *oh = out + (t * H + h) * D;
+            for (int64_t d = 0; d < D; d++) oh[d] = 0;
+            for (int64_t s = 0; s < n; s++) {
+                const real *vs = v + (s * Hkv + g) * D;
+                for (int64_t d = 0; d < D; d++) oh[d] += att[s] * vs[d];
+            }
+        }
+    }
+}
+
+void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
+    // K passes of "largest not yet chosen". The scan is in ascending index
+    // and only a STRICTLY larger value replaces the current best, so among
+    // equal probabilities the lower expert index ranks first (§5.1).
+    for (int64_t j = 0; j < K; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < X; e++) {
+            int taken = 0;
+            for (int64_t i = 0; i < j; i++) taken |= topk[i] == e;
+            if (taken) continue;
+            if (best < 0 || probs[e] > probs[best]) best = e;
+        }
+        topk[j] = (int32_t)best;
+    }
+    // renormalise the selected probabilities; the clamp only matters when
+    // they sum to almost nothing
+    real sum = 0;
+    for (int64_t j = 0; j < K; j++) sum += probs[topk[j]];
+    const real z = sum > (real)0x1p-14 ? sum : (real)0x1p-14;
+    for (int64_t j = 0; j < K; j++) weights[j] = probs[topk[j]] / z;
+}
+
+/* ===================================================================== */
+/* Backend state: config, scratch, activations, KV cache                  */
+/* ===================================================================== */
+
+/* Activations of one forward over T tokens; grown when a larger T comes. */
+typedef struct ref_acts {
+    int64_t cap_T;
+    real *x;          // (T, E) residual stream
+    real *xn;         // (T, E) normed input of the current sub-block
+    real *q;          // (T, H*D)
+    real *k;          // (T, Hkv*D)
+    real *v;          // (T, Hkv*D)
+    real *ctx;        // (T, H*D) attention output before the projection
+    real *proj;       // (T, E) attn_out, then ffn_out
+    real *gate;       // (T, F)
+    real *up;         // (T, F)
+    real *act;        // (T, F)
+    real *moe_logits; // (T, X)
+    real *moe_probs;  // (T, X)
+    int32_t *moe_topk;// (T, K)
+    real *moe_w;      // (T, K)
+    real *xs;         // (T, E) inputs of the tokens routed to one expert
+    real *ys;         // (T, E) that expert's outputs
+    real *yk;         // (T, K, E) expert outputs in rank order
+    real *logits;     // (T, V)
+    int32_t *tok32;   // (T)
+    int32_t *pos32;   // (T)
+    int64_t *pos;     // (T)
+    int32_t *route_t; // (T) token of each row of xs
+    int32_t *route_j; // (T) rank slot of each row of xs
+} ref_acts;
+
+typedef struct ref_backend {
+    td_backend base; // vt; first member
+    const td_model *m;
+    td_hparams hp;
+    td_ref_rope rope;
+    real *rope_ff;   // (R/2) rope_freqs factors; NULL when the model has none
+    int64_t n_ctx;   // KV capacity limit in positions
+    int64_t n_past;  // positions already in the cache
+    int64_t kv_cap;  // positions allocated so far (grows up to n_ctx)
+    real **k_cache;  // n_layer x (kv_cap, Hkv*D): post-norm, post-RoPE keys, row = position
+    real **v_cache;  // n_layer x (kv_cap, Hkv*D)
+    real *att;       // (kv_cap) attention scores of one (token, head)
+    int64_t hist[TD_REF_HIST_W]; // last tokens consumed, oldest first
+    int64_t n_hist;
+    real *row;       // (max_in) one decoded weight row
+    real *bias;      // (max_out) one decoded bias vector
+    real *normw;     // (max(E, D)) one decoded norm weight
+    int64_t max_in, max_out;
+    ref_acts a;
+} ref_backend;
+
+static int64_t max3(int64_t a, int64_t b, int64_t c) {
+    int64_t m = a > b ? a : b;
+    return m > c ? m : c;
+}
+
+static void acts_free(ref_acts *a) {
+    free(a->x), free(a->xn), free(a->q), free(a->k), free(a->v), free(a->ctx), free(a->proj);
+    free(a->gate), free(a->up), free(a->act), free(a->moe_logits), free(a->moe_probs);
+    free(a->moe_topk), free(a->moe_w), free(a->xs), free(a->ys), free(a->yk), free(a->logits);
+    free(a->tok32), free(a->pos32), free(a->pos), free(a->route_t), free(a->route_j);
+    memset(a, 0, sizeof *a);
+}
+
+static void acts_ensure(ref_backend *r, int64_t T) {
+    ref_acts *a = &r->a;
+    if (T <= a->cap_T) return;
+    acts_free(a);
+    const td_hparams *hp = &r->hp;
+    const size_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    const size_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab, n = (size_t)T;
+    const size_t rs = sizeof(real);
+    a->cap_T = T;
+    a->x = td_xcalloc(n * E, rs);
+    a->xn = td_xcalloc(n * E, rs);
+    a->q = td_xcalloc(n * H * D, rs);
+    a->k = td_xcalloc(n * Hkv * D, rs);
+    a->v = td_xcalloc(n * Hkv * D, rs);
+    a->ctx = td_xcalloc(n * H * D, rs);
+    a->proj = td_xcalloc(n * E, rs);
+    a->gate = td_xcalloc(n * F, rs);
+    a->up = td_xcalloc(n * F, rs);
+    a->act = td_xcalloc(n * F, rs);
+    a->logits = td_xcalloc(n * V, rs);
+    a->tok32 = td_xcalloc(n, sizeof(int32_t));
+    a->pos32 = td_xcalloc(n, sizeof(int32_t));
+    a->pos = td_xcalloc(n, sizeof(int64_t));
+    if (X > 0) {
+        a->moe_logits = td_xcalloc(n * X, rs);
+        a->moe_probs = td_xcalloc(n * X, rs);
+        a->moe_topk = td_xcalloc(n * K, sizeof(int32_t));
+        a->moe_w = td_xcalloc(n * K, rs);
+        a->xs = td_xcalloc(n * E, rs);
+        a->ys = td_xcalloc(n * E, rs);
+        a->yk = td_xcalloc(n * K * E, rs);
+        a->route_t = td_xcalloc(n, sizeof(int32_t));
+        a->route_j = td_xcalloc(n, sizeof(int32_t));
+    }
+}
+
+/* Grows the KV cache (and the score scratch) to hold `need` positions. */
+static void kv_ensure(ref_backend *r, int64_t need) {
+    if (need <= r->kv_cap) return;
+    int64_t cap = r->kv_cap ? 2 * r->kv_cap : 64;
+    if (cap < need) cap = need;
+    if (cap > r->n_ctx) cap = r->n_ctx;
+    const size_t row = (size_t)r->hp.n_head_kv * r->hp.head_dim * sizeof(real);
+    for (uint32_t l = 0; l < r->hp.n_layer; l++) {
+        r->k_cache[l] = td_xrealloc(r->k_cache[l], (size_t)cap * row);
+        r->v_cache[l] = td_xrealloc(r->v_cache[l], (size_t)cap * row);
+    }
+    r->att = td_xrealloc(r->att, (size_t)cap * sizeof(real));
+    r->kv_cap = cap;
+}
+
+/* ===================================================================== */
+/* Weights: row-by-row decoding straight from the mapping                 */
+/* ===================================================================== */
+
+/* out (T, n_out) = in (T, n_in) . W[row0 .. row0+n_out)^T (+ b[row0 .. row0+n_out)).
+ * W has rows of n_in values (GGUF {n_in, n_out, ...}; an expert e of a 3-D
+ * tensor starts at row0 = e*n_out). Each row is decoded once for all T. */
+static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W, const td_tensor *b, int64_t row0,
+                  int64_t T, int64_t n_in, int64_t n_out, td_err *err) {
+    TD_ASSERT(W->ne[0] == n_in && (uint64_t)(row0 + n_out) <= W->n_rows && n_in <= r->max_in);
+    const real *bias = NULL;
+    if (b) {
+        TD_ASSERT(b->ne[0] >= row0 + n_out && b->ne[0] <= r->max_out);
+        int rc = REAL_DECODE_ROW(b, 0, r->bias, err);
+        if (rc) return rc;
+        bias = r->bias + row0;
+    }
+    for (int64_t o = 0; o < n_out; o++) {
+        int rc = REAL_DECODE_ROW(W, (uint64_t)(row0 + o), r->row, err);
+        if (rc) return rc;
+        for (int64_t t = 0; t < T; t++) {
+            real s = dot(r->row, in + t * n_in, n_in);
+            if (bias) s += bias[o];
+            out[t * n_out + o] = s;
+        }
+    }
+    return TD_OK;
+}
+
+/* out (T, n) = RMSNorm of each row of x (T, n) with the weight vector w {n}. */
+static int rmsnorm_rows(ref_backend *r, real *out, const real *x, const td_tensor *w, int64_t T, int64_t n,
+                        td_err *err) {
+    TD_ASSERT(w->ne[0] == n);
+    int rc = REAL_DECODE_ROW(w, 0, r->normw, err);
+    if (rc) return rc;
+    for (int64_t t = 0; t < T; t++) FN(rmsnorm)(out + t * n, x + t * n, r->normw, (real)r->hp.rms_eps, n);
+    return TD_OK;
+}
+
+/* ===================================================================== */
+/* Taps                                                                   */
+/* ===================================================================== */
+
+static void tap2(td_tap_sink *s, int layer, const char *name, const real *data, int64_t d0, int64_t d1) {
+    const int64_t shape[2] = {d0, d1};
+    TD_TAP(s, layer, name, REAL_DTYPE, data, 2, shape);
+}
+
+/* ===================================================================== */
+/* The forward                                                            */
+/* ===================================================================== */
+
+/* Attention sub-block of layer l: a->x (T, E) -> a->proj (T, E) = attn_out. */
+static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_hparams *hp = &r->hp;
+    const td_layer *L = &r->m->layers[l];
+    ref_acts *a = &r->a;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const int64_t pos0 = a->pos[0];
+    int rc;
+
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn_norm, T, E, err))) return rc;
+    tap2(sink, l, "attn_norm", a->xn, T, E);
+
+    if (L->wqkv) { // fused: output rows are [Q; K; V]
+        if ((rc = matmul(r, a->q, a->xn, L->wqkv, L->bqkv, 0, T, E, H * D, err))) return rc;
+        if ((rc = matmul(r, a->k, a->xn, L->wqkv, L->bqkv, H * D, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->wqkv, L->bqkv, (H + Hkv) * D, T, E, Hkv * D, err))) return rc;
+    } else {
+        if ((rc = matmul(r, a->q, a->xn, L->wq, L->bq, 0, T, E, H * D, err))) return rc;
+        if ((rc = matmul(r, a->k, a->xn, L->wk, L->bk, 0, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->wv, L->bv, 0, T, E, Hkv * D, err))) return rc;
+    }
+    tap2(sink, l, "attn_q", a->q, T, H * D);
+    tap2(sink, l, "attn_k", a->k, T, Hkv * D);
+    tap2(sink, l, "attn_v", a->v, T, Hkv * D);
+
+    if (L->q_norm) { // qwen3 family: per-head RMSNorm, before RoPE
+        if ((rc = rmsnorm_rows(r, a->q, a->q, L->q_norm, T * H, D, err))) return rc;
+        tap2(sink, l, "attn_q_norm", a->q, T, H * D);
+    }
+    if (L->k_norm) {
+        if ((rc = rmsnorm_rows(r, a->k, a->k, L->k_norm, T * Hkv, D, err))) return rc;
+        tap2(sink, l, "attn_k_norm", a->k, T, Hkv * D);
+    }
+
+    for (int64_t t = 0; t < T; t++) {
+        FN(rope)(a->q + t * H * D, a->pos[t], &r->rope, r->rope_ff, H);
+        FN(rope)(a->k + t * Hkv * D, a->pos[t], &r->rope, r->rope_ff, Hkv);
+    }
+    tap2(sink, l, "attn_q_rope", a->q, T, H * D);
+    tap2(sink, l, "attn_k_rope", a->k, T, Hkv * D);
+
+    // append this step's keys and values at their positions
+    real *kc = r->k_cache[l], *vc = r->v_cache[l];
+    memcpy(kc + pos0 * Hkv * D, a->k, (size_t)(T * Hkv * D) * sizeof(real));
+    memcpy(vc + pos0 * Hkv * D, a->v, (size_t)(T * Hkv * D) * sizeof(real));
+
+    FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
+    tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
+
+    if ((rc = matmul(r, a->proj, a->ctx, L->wo, L->bo, 0, T, H * D, E, err))) return rc;
+    tap2(sink, l, "attn_out", a->proj, T, E);
+    return TD_OK;
+}
+
+/* Dense SwiGLU FFN: a->xn (T, E) -> a->proj (T, E). */
+static int ffn_dense(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_layer *L = &r->m->layers[l];
+    ref_acts *a = &r->a;
+    const int64_t E = r->hp.n_embd, F = r->hp.n_ff;
+    int rc;
+    if ((rc = matmul(r, a->gate, a->xn, L->ffn_gate, NULL, 0, T, E, F, err))) return rc;
+    tap2(sink, l, "ffn_gate", a->gate, T, F);
+    if ((rc = matmul(r, a->up, a->xn, L->ffn_up, NULL, 0, T, E, F, err))) return rc;
+    tap2(sink, l, "ffn_up", a->up, T, F);
+    FN(swiglu)(a->act, a->gate, a->up, T * F);
+    tap2(sink, l, "ffn_act", a->act, T, F);
+    return matmul(r, a->proj, a->act, L->ffn_down, NULL, 0, T, F, E, err);
+}
+
+/* Softmax-routed MoE (primitives §5): a->xn (T, E) -> a->proj (T, E).
+ * Experts are visited in index order so each expert's rows are decoded once
+ * for all the tokens routed to it; the outputs are then summed per token in
+ * top-k (rank) order. */
+static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_layer *L = &r->m->layers[l];
+    ref_acts *a = &r->a;
+    const int64_t E = r->hp.n_embd, F = r->hp.n_ff, X = r->hp.n_expert, K = r->hp.n_expert_used;
+    int rc;
+
+    if ((rc = matmul(r, a->moe_logits, a->xn, L->ffn_gate_inp, NULL, 0, T, E, X, err))) return rc;
+    tap2(sink, l, "moe_logits", a->moe_logits, T, X);
+    for (int64_t t = 0; t < T; t++) FN(softmax)(a->moe_probs + t * X, a->moe_logits + t * X, X);
+    tap2(sink, l, "moe_probs", a->moe_probs, T, X);
+    for (int64_t t = 0; t < T; t++) FN(moe_route)(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K);
+    const int64_t shape_tk[2] = {T, K};
+    TD_TAP(sink, l, "moe_topk", TD_DT_I32, a->moe_topk, 2, shape_tk);
+    tap2(sink, l, "moe_weights", a->moe_w, T, K);
+
+    for (int64_t e = 0; e < X; e++) {
+        // gather the tokens that chose expert e: xs (n, E)
+        int64_t n = 0;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < K; j++)
+                if (a->moe_topk[t * K + j] == e) {
+                    memcpy(a->xs + n * E, a->xn + t * E, (size_t)E * sizeof(real));
+                    a->route_t[n] = (int32_t)t, a->route_j[n] = (int32_t)j;
+                    n++;
+                }
+        if (n == 0) continue;
+        // expert e = rows e*F .. e*F+F-1 of gate/up, e*E .. e*E+E-1 of down
+        if ((rc = matmul(r, a->up, a->xs, L->ffn_up_exps, NULL, e * F, n, E, F, err))) return rc;
+        if (L->ffn_gate_exps) {
+            if ((rc = matmul(r, a->gate, a->xs, L->ffn_gate_exps, NULL, e * F, n, E, F, err))) return rc;
+            FN(swiglu)(a->act, a->gate, a->up, n * F);
+        } else { // llama MoE without gate tensors: W_down . silu(W_up x)
+            for (int64_t i = 0; i < n * F; i++) a->act[i] = a->up[i] / (1 + R_EXP(-a->up[i]));
+        }
+        if ((rc = matmul(r, a->ys, a->act, L->ffn_down_exps, NULL, e * E, n, F, E, err))) return rc;
+        for (int64_t i = 0; i < n; i++)
+            memcpy(a->yk + ((int64_t)a->route_t[i] * K + a->route_j[i]) * E, a->ys + i * E, (size_t)E * sizeof(real));
+    }
+
+    for (int64_t t = 0; t < T; t++) {
+        real *out = a->proj + t * E;
+        for (int64_t i = 0; i < E; i++) out[i] = 0;
+        for (int64_t j = 0; j < K; j++) { // rank order: largest probability first
+            const real w = a->moe_w[t * K + j];
+            const real *y = a->yk + (t * K + j) * E;
+            for (int64_t i = 0; i < E; i++) out[i] += w * y[i];
+        }
+    }
+    return TD_OK;
+}
+
+static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_layer *L = &r->m->layers[l];
+    ref_acts *a = &r->a;
+    const int64_t E = r->hp.n_embd;
+    int rc;
+
+    if ((rc = attention_block(r, l, T, sink, err))) return rc;
+    for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
+    tap2(sink, l, "ffn_inp", a->x, T, E);
+
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->ffn_norm, T, E, err))) return rc;
+    tap2(sink, l, "ffn_norm", a->xn, T, E);
+    rc = L->ffn_gate_inp ? ffn_moe(r, l, T, sink, err) : ffn_dense(r, l, T, sink, err);
+    if (rc) return rc;
+    tap2(sink, l, "ffn_out", a->proj, T, E);
+
+    for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
+    tap2(sink, l, "out", a->x, T, E);
+    return TD_OK;
+}
+
+static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink,
+                       double *logits, td_err *err) {
+    ref_backend *r = (ref_backend *)b;
+    const td_hparams *hp = &r->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+    int rc;
+
+    if (T < 1) return td_err_set(err, TD_EINPUT, REF_NAME ": a forward needs at least one token, got %lld", (long long)T);
+    if (pos0 != r->n_past)
+        return td_err_set(err, TD_EINPUT,
+                          REF_NAME ": positions must continue the sequence: expected pos0 = %lld, got %lld "
+                                   "(reset to start a new sequence)",
+                          (long long)r->n_past, (long long)pos0);
+    if (pos0 + T > r->n_ctx)
+        return td_err_set(err, TD_EINPUT,
+                          REF_NAME ": KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
+                          (long long)r->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
+    for (int64_t t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return td_err_set(err, TD_EINPUT, REF_NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
+                              (long long)t, tokens[t], (long long)V);
+
+    acts_ensure(r, T);
+    kv_ensure(r, pos0 + T);
+    ref_acts *a = &r->a;
+    for (int64_t t = 0; t < T; t++) {
+        a->tok32[t] = tokens[t];
+        a->pos[t] = pos0 + t;
+        a->pos32[t] = (int32_t)(pos0 + t);
+    }
+    const int64_t shape_t[1] = {T};
+    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, a->tok32, 1, shape_t);
+    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, a->pos32, 1, shape_t);
+
+    // embedding lookup: row `token` of token_embd
+    for (int64_t t = 0; t < T; t++)
+        if ((rc = REAL_DECODE_ROW(r->m->tok_embd, (uint64_t)tokens[t], a->x + t * E, err))) return rc;
+    tap2(sink, -1, "inp.embd", a->x, T, E);
+
+    for (uint32_t l = 0; l < hp->n_layer; l++)
+        if ((rc = layer_forward(r, (int)l, T, sink, err))) return rc;
+
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, r->m->output_norm, T, E, err))) return rc;
+    tap2(sink, -1, "out.norm", a->xn, T, E);
+    // output.weight, or token_embd.weight when tied (the model binds either)
+    if ((rc = matmul(r, a->logits, a->xn, r->m->output, NULL, 0, T, E, V, err))) return rc;
+    tap2(sink, -1, "out.logits", a->logits, T, V);
+    for (int64_t i = 0; i < T * V; i++) logits[i] = (double)a->logits[i];
+
+    // the step succeeded: commit its positions and tokens
+    r->n_past = pos0 + T;
+    for (int64_t t = 0; t < T; t++) {
+        if (r->n_hist == TD_REF_HIST_W) {
+            memmove(r->hist, r->hist + 1, (TD_REF_HIST_W - 1) * sizeof r->hist[0]);
+            r->n_hist--;
+        }
+        r->hist[r->n_hist++] = tokens[t];
+    }
+    const int64_t shape_w[1] = {r->n_hist};
+    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, r->hist, 1, shape_w);
+    return TD_OK;
+}
+
+/* ===================================================================== */
+/* Backend table                                                          */
+/* ===================================================================== */
+
+static void ref_reset(td_backend *b) {
+    ref_backend *r = (ref_backend *)b;
+    r->n_past = 0;
+    r->n_hist = 0;
+}
+
+static void ref_close(td_backend *b) {
+    ref_backend *r = (ref_backend *)b;
+    if (!r) return;
+    for (uint32_t l = 0; l < r->hp.n_layer; l++) {
+        free(r->k_cache[l]);
+        free(r->v_cache[l]);
+    }
+    free(r->k_cache), free(r->v_cache), free(r->att);
+    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw);
+    acts_free(&r->a);
+    free(r);
+}
+
+static const char *ref_version(const td_backend *b) {
+    (void)b;
+    return "tapdiff " TD_VERSION " (" TD_GIT_REV ") reference, scalar " REF_PRECISION;
+}
+
+/* A matrix the forward reads: present, rows of n_in values, at least n_rows rows. */
+static int check_matrix(const td_tensor *t, const char *what, int l, int64_t n_in, int64_t n_rows, td_err *err) {
+    if (!t && l < 0) return td_err_set(err, TD_EINPUT, REF_NAME ": the model has no %s tensor", what);
+    if (!t) return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d has no %s tensor", l, what);
+    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
+        return td_err_set(err, TD_EINPUT,
+                          REF_NAME ": tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, "
+                                   "%llu rows",
+                          t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
+                          (unsigned long long)t->n_rows);
+    return TD_OK;
+}
+
+/* Checks what the forward relies on, so that a model built by other code than
+ * the loader fails with a message rather than an assertion. */
+static int check_model(const td_model *m, td_err *err) {
+    const td_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab;
+    if (hp->arch != TD_ARCH_LLAMA && hp->arch != TD_ARCH_QWEN3 && hp->arch != TD_ARCH_QWEN3MOE)
+        return td_err_set(err, TD_EINPUT, REF_NAME ": architecture %s is not supported", td_arch_name(hp->arch));
+    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
+        return td_err_set(err, TD_EINPUT,
+                          REF_NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
+                          (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
+    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
+        return td_err_set(err, TD_EINPUT, REF_NAME ": rope dims R=%u must be even and <= head dim %lld", hp->rope_dims,
+                          (long long)D);
+    if (X > 0 && (K < 1 || K > X))
+        return td_err_set(err, TD_EINPUT, REF_NAME ": expert_used_count %lld must be in 1..expert_count %lld",
+                          (long long)K, (long long)X);
+    int rc;
+    if ((rc = check_matrix(m->tok_embd, "token_embd", -1, E, V, err))) return rc;
+    if ((rc = check_matrix(m->output, "output", -1, E, V, err))) return rc;
+    if ((rc = check_matrix(m->output_norm, "output_norm", -1, E, 1, err))) return rc;
+    if (m->rope_freqs && (rc = check_matrix(m->rope_freqs, "rope_freqs", -1, hp->rope_dims / 2, 1, err))) return rc;
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        const td_layer *L = &m->layers[i];
+        const int l = (int)i;
+        if ((rc = check_matrix(L->attn_norm, "attn_norm", l, E, 1, err))) return rc;
+        if (L->wqkv) {
+            if ((rc = check_matrix(L->wqkv, "attn_qkv", l, E, (H + 2 * Hkv) * D, err))) return rc;
+            if (L->bqkv && (rc = check_matrix(L->bqkv, "attn_qkv.bias", l, (H + 2 * Hkv) * D, 1, err))) return rc;
+        } else {
+            if ((rc = check_matrix(L->wq, "attn_q", l, E, H * D, err))) return rc;
+            if ((rc = check_matrix(L->wk, "attn_k", l, E, Hkv * D, err))) return rc;
+            if ((rc = check_matrix(L->wv, "attn_v", l, E, Hkv * D, err))) return rc;
+            if (L->bq && (rc = check_matrix(L->bq, "attn_q.bias", l, H * D, 1, err))) return rc;
+            if (L->bk && (rc = check_matrix(L->bk, "attn_k.bias", l, Hkv * D, 1, err))) return rc;
+            if (L->bv && (rc = check_matrix(L->bv, "attn_v.bias", l, Hkv * D, 1, err))) return rc;
+        }
+        if ((rc = check_matrix(L->wo, "attn_output", l, H * D, E, err))) return rc;
+        if (L->bo && (rc = check_matrix(L->bo, "attn_output.bias", l, E, 1, err))) return rc;
+        if (L->q_norm && (rc = check_matrix(L->q_norm, "attn_q_norm", l, D, 1, err))) return rc;
+        if (L->k_norm && (rc = check_matrix(L->k_norm, "attn_k_norm", l, D, 1, err))) return rc;
+        if ((rc = check_matrix(L->ffn_norm, "ffn_norm", l, E, 1, err))) return rc;
+        if (L->ffn_gate_inp) {
+            if (X < 1) return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d has a router but expert_count is 0", l);
+            if ((rc = check_matrix(L->ffn_gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+            if ((rc = check_matrix(L->ffn_up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+            if (L->ffn_gate_exps && (rc = check_matrix(L->ffn_gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
+            if ((rc = check_matrix(L->ffn_down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+        } else {
+            if ((rc = check_matrix(L->ffn_gate, "ffn_gate", l, E, F, err))) return rc;
+            if ((rc = check_matrix(L->ffn_up, "ffn_up", l, E, F, err))) return rc;
+            if ((rc = check_matrix(L->ffn_down, "ffn_down", l, F, E, err))) return rc;
+        }
+    }
+    return TD_OK;
+}
+
+static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
+
+const td_backend_vt FN(backend) = {
+    .name = REF_NAME,
+    .precision = REF_PRECISION,
+    .open = ref_open,
+    .forward = ref_forward,
+    .reset = ref_reset,
+    .close = ref_close,
+    .version = ref_version,
+};
+
+static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+    *out = NULL;
+    if (p && p->inject && p->inject[0])
+        return td_err_set(err, TD_EINPUT, REF_NAME ": fault injection '%s' is not available in the reference", p->inject);
+    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native"))
+        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is not supported (only native)",
+                          p->profile);
+    int rc = check_model(m, err);
+    if (rc) return rc;
+
+    ref_backend *r = td_xcalloc(1, sizeof *r);
+    r->base.vt = &FN(backend);
+    r->m = m;
+    r->hp = m->hp;
+    const td_hparams *hp = &r->hp;
+    r->n_ctx = p && p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+    if (r->n_ctx < 1) r->n_ctx = 4096;
+    r->rope = (td_ref_rope){
+        .type = hp->rope_type,
+        .D = hp->head_dim,
+        .R = hp->rope_dims,
+        .base = hp->rope_base,
+        .scaling = hp->rope_scaling,
+        .freq_scale = hp->rope_freq_scale,
+        .attn_factor = hp->rope_attn_factor,
+        .n_ctx_orig = hp->rope_n_ctx_orig,
+    };
+    const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
+    const int64_t QKV = (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
+    r->max_in = max3(E, HD, F);
+    r->max_out = max3(E, QKV, F);
+    r->row = td_xcalloc((size_t)r->max_in, sizeof(real));
+    r->bias = td_xcalloc((size_t)r->max_out, sizeof(real));
+    r->normw = td_xcalloc((size_t)(E > (int64_t)hp->head_dim ? E : (int64_t)hp->head_dim), sizeof(real));
+    r->k_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
+    r->v_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
+    if (m->rope_freqs) {
+        r->rope_ff = td_xcalloc(hp->rope_dims / 2, sizeof(real));
+        if ((rc = REAL_DECODE_ROW(m->rope_freqs, 0, r->rope_ff, err))) {
+            ref_close(&r->base);
+            return rc;
+        }
+    }
+    *out = &r->base;
+    return TD_OK;
+}
