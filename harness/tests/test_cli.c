@@ -1,1 +1,67 @@
-/* placeholder: being written */
+/* tapdiff CLI contract: the dispatcher's exit codes, and that every listed
+ * subcommand answers --help with 0 and an unknown option with 2. The list of
+ * subcommands is read from `tapdiff --help`, so a new subcommand is covered
+ * without editing this file. */
+#include <criterion/criterion.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+static const char *tapdiff(void) {
+    const char *p = getenv("TD_TAPDIFF");
+    if (!p) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    return p;
+}
+
+/* Runs `tapdiff ARGS` with stdout+stderr captured into out; returns the exit
+ * status, or -1 when it died from a signal. */
+static int run(const char *args, char *out, size_t outsz) {
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", tapdiff(), args);
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t n = fread(out, 1, outsz - 1, p);
+    out[n] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static char buf[1 << 16];
+
+Test(cli, no_arguments_is_usage_error) {
+    cr_assert_eq(run("", buf, sizeof buf), 2);
+    cr_assert(strstr(buf, "usage: tapdiff") != NULL, "%s", buf);
+}
+
+Test(cli, help_and_version) {
+    cr_assert_eq(run("--help", buf, sizeof buf), 0);
+    cr_assert(strstr(buf, "exit codes") != NULL, "%s", buf);
+    cr_assert_eq(run("--version", buf, sizeof buf), 0);
+    cr_assert(strncmp(buf, "tapdiff ", 8) == 0, "%s", buf);
+}
+
+Test(cli, unknown_command_is_usage_error) {
+    cr_assert_eq(run("frobnicate", buf, sizeof buf), 2);
+    cr_assert(strstr(buf, "unknown command 'frobnicate'") != NULL, "%s", buf);
+}
+
+Test(cli, every_subcommand_has_help_and_rejects_unknown_options) {
+    static char help[1 << 16];
+    cr_assert_eq(run("--help", help, sizeof help), 0);
+    const char *cmds = strstr(help, "commands:\n");
+    cr_assert_not_null(cmds, "no command list in --help:\n%s", help);
+    int seen = 0;
+    for (const char *line = strchr(cmds, '\n') + 1; *line == ' '; line = strchr(line, '\n') + 1) {
+        char name[64];
+        if (sscanf(line, " %63s", name) != 1) break;
+        char args[128];
+        snprintf(args, sizeof args, "%s --help", name);
+        cr_expect_eq(run(args, buf, sizeof buf), 0, "tapdiff %s --help:\n%s", name, buf);
+        cr_expect(strstr(buf, name) != NULL, "tapdiff %s --help does not name itself:\n%s", name, buf);
+        snprintf(args, sizeof args, "%s --no-such-option-xyz", name);
+        cr_expect_eq(run(args, buf, sizeof buf), 2, "tapdiff %s with an unknown option:\n%s", name, buf);
+        seen++;
+    }
+    cr_assert_geq(seen, 3, "only %d subcommands listed in --help", seen);
+}
