@@ -7,6 +7,7 @@
 
 #include "cli.h"
 #include "runner.h"
+#include "selfcheck.h"
 
 static const char *const run_help =
     "usage: tapdiff run --model M.gguf --backend B (--tokens 1,2,3 | --tokens-file F) [options]\n"
@@ -31,15 +32,20 @@ static const char *const run_help =
     "  --out F.h5           tap file to write\n"
     "  --threads N          backend threads (default: the backend's choice)\n"
     "  --ctx N              KV cache capacity in positions (default: prompt + steps)\n"
+    "  --check              after the run, self-check the token history: in greedy mode\n"
+    "                       each decode step must consume the previous step's argmax of\n"
+    "                       out.logits, and hist.tokens must be the last W consumed ids\n"
+    "                       (on the tap file when --out is given, else on the run in memory);\n"
+    "                       exit 1 at the first failing step\n"
     "  --quiet              only the summary line, no progress bar\n"
     "  --help               this text\n"
     "\n"
-    "exit: 0 ok, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
+    "exit: 0 ok, 1 --check failed, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
 
 typedef struct run_args {
     const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out;
     long long steps, threads, ctx;
-    int steps_given, quiet;
+    int steps_given, quiet, check;
 } run_args;
 
 static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
@@ -62,6 +68,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
         }
         if (!strcmp(arg, "--quiet")) {
             a->quiet = 1;
+            continue;
+        }
+        if (!strcmp(arg, "--check")) {
+            a->check = 1;
             continue;
         }
         // every other option takes a value: "--opt VALUE" or "--opt=VALUE"
@@ -112,7 +122,32 @@ static int parse_args(int argc, char **argv, run_args *a) {
         return td_cli_failf("run", TD_EUSAGE, "--taps %s needs --out FILE.h5", a->taps);
     if (a->out && a->taps && !strcmp(a->taps, "none"))
         return td_cli_failf("run", TD_EUSAGE, "--out given with --taps none");
+    if (a->check && a->out && a->taps && !strcmp(a->taps, "fingerprint") &&
+        !(a->decode && !strncmp(a->decode, "pinned:", 7)))
+        return td_cli_failf("run", TD_EUSAGE,
+                            "--check of a greedy run needs out.logits data: use --taps full (or a filter with out.*)");
     return 0;
+}
+
+/* --check: the self-check of selfcheck.h on the tap file (or the run in
+ * memory without one). Returns 0, TD_DIVERGENT or an input error. */
+static int run_check(const td_run_config *cfg, const td_run_result *res) {
+    td_selfcheck_report rep;
+    td_err err = {{0}};
+    if (cfg->tap_path) {
+        int rc = td_selfcheck_file(cfg->tap_path, &rep, &err);
+        if (rc) return td_cli_fail("run", rc, &err);
+    } else {
+        td_selfcheck_run_result(res, cfg->decode, &rep);
+    }
+    if (rep.verdict != TD_OK)
+        return td_cli_failf("run", TD_DIVERGENT, "check failed at step %lld: expected %s %lld, found %lld: %s",
+                            (long long)rep.fail_step, rep.fail == TD_SCF_HIST && rep.fail_index < 0 ? "length" : "token",
+                            (long long)rep.expected, (long long)rep.found, rep.message);
+    if (rep.n_feedback + rep.n_hist == 0)
+        return td_cli_failf("run", TD_DIVERGENT, "check: %s (a check that checked nothing does not pass)", rep.message);
+    printf("check: ok: %s\n", rep.message);
+    return TD_OK;
 }
 
 static void on_step(void *user, int64_t done, int64_t total) {
@@ -153,6 +188,7 @@ int td_cmd_run(int argc, char **argv) {
     td_model *m = NULL;
     td_run_result res = {0};
     td_progress *prog = NULL;
+    int check_rc = TD_OK;
 
     if (a.tokens && td_parse_token_list(a.tokens, "--tokens", &prompt, &n_prompt, &err)) {
         rc = TD_EUSAGE; // a malformed command line, not a bad file
@@ -225,6 +261,7 @@ int td_cmd_run(int argc, char **argv) {
            a.backend, a.model, (long long)n_prompt, (long long)res.n_steps,
            cfg.decode == TD_DECODE_GREEDY ? "greedy" : "pinned", decode_tps, prefill_tps,
            cfg.tap_path ? cfg.tap_path : "none");
+    if (a.check) check_rc = run_check(&cfg, &res); // prints its own message
 
 out:
     td_run_result_free(&res);
@@ -232,5 +269,5 @@ out:
     free(prompt);
     free(pinned);
     if (rc) return td_cli_fail("run", rc, &err);
-    return TD_OK;
+    return check_rc;
 }

@@ -16,6 +16,12 @@ static const subcommand commands[] = {
     {"inspect", td_cmd_inspect, "GGUF metadata, tensors, architecture and validation verdict"},
     {"fixture", td_cmd_fixture, "write the deterministic fixture models and print their sha256"},
     {"run", td_cmd_run, "run one backend over prefill + decode steps and write a tap file"},
+    {"compare", td_cmd_compare, "compare two tap files: verdict, first divergent tensor, reports"},
+    {"bisect", td_cmd_bisect, "run two arms (and a control) pinned to the same tokens and compare them"},
+    {"gate", td_cmd_gate, "CI gate: run a backend against a golden file's logits"},
+    {"golden", td_cmd_golden, "(re)generate a golden file from the reference"},
+    {"bench", td_cmd_bench, "prefill/decode throughput of a backend, and the memory-bandwidth bound"},
+    {"audit", td_cmd_audit, "MoE router tie audit of one tap file, or selection disagreements of two"},
 };
 
 static void usage(FILE *f) {

@@ -1,0 +1,757 @@
+/* tapdiff llamacpp backend: llama.cpp's own CPU forward as a peer arm.
+ *
+ * The adapter owns no arithmetic. It loads the GGUF with llama.cpp under
+ * deterministic settings (llamacpp.h), runs each forward as one llama_decode
+ * of the whole step, and observes the graph through the scheduler's eval
+ * callback: asked once per node in graph order, it answers "yes" for the
+ * nodes that carry a canonical tap, then reads each of them while its
+ * buffer is still live, walking ggml's strides into a row-major [T, W] f32
+ * (or i32) array. Facts: ../shared/spec/llamacpp-peer.md.
+ *
+ * A canonical tap is the LAST node of a run of consecutive observed nodes
+ * that map to it (a bias ADD after its MUL_MAT carries the same name), so
+ * the observed tap is held until a node with another name arrives. */
+#include "llamacpp.h"
+
+#include <pthread.h>
+#include <stdarg.h>
+#include <stdbool.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include <ggml-backend.h>
+#include <ggml.h>
+#include <llama.h>
+
+#include "reference.h" /* TD_REF_HIST_W: the same history window as the reference */
+#include "types.h"
+
+#ifndef TD_LLAMACPP_LIBDIR
+#error "TD_LLAMACPP_LIBDIR must name the folder of the llama.cpp shared libraries"
+#endif
+#ifndef TD_LLAMACPP_FETCHED
+#define TD_LLAMACPP_FETCHED "unknown"
+#endif
+
+/* ===================================================================== */
+/* Process-wide set-up                                                    */
+/* ===================================================================== */
+
+static pthread_once_t g_once = PTHREAD_ONCE_INIT;
+static int g_init_rc;
+static char g_init_msg[1024];
+static char g_variant[32];
+
+/* llama.cpp logs through one global callback; library code must not print,
+ * so everything is swallowed except the last error line, which goes into
+ * our messages. */
+static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
+static char g_log_last[512];
+static int g_log_in_error; /* the previous piece was an error (CONT pieces continue it) */
+
+static void log_sink(enum ggml_log_level level, const char *text, void *user) {
+    (void)user;
+    if (!text) return;
+    pthread_mutex_lock(&g_log_mu);
+    if (level == GGML_LOG_LEVEL_ERROR) {
+        g_log_last[0] = '\0';
+        g_log_in_error = 1;
+    } else if (level != GGML_LOG_LEVEL_CONT) {
+        g_log_in_error = 0;
+    }
+    if (g_log_in_error) {
+        size_t len = strlen(g_log_last);
+        snprintf(g_log_last + len, sizeof g_log_last - len, "%s", text);
+        for (char *p = g_log_last; *p; p++)
+            if (*p == '\n' || *p == '\r') *p = ' ';
+    }
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+static void log_clear(void) {
+    pthread_mutex_lock(&g_log_mu);
+    g_log_last[0] = '\0';
+    g_log_in_error = 0;
+    pthread_mutex_unlock(&g_log_mu);
+}
+
+/* Copies the last error line (or "no message") into buf. */
+static const char *log_last(char *buf, size_t n) {
+    pthread_mutex_lock(&g_log_mu);
+    size_t len = strlen(g_log_last);
+    while (len && g_log_last[len - 1] == ' ') len--;
+    snprintf(buf, n, "%.*s", (int)len, len ? g_log_last : "llama.cpp logged no error");
+    pthread_mutex_unlock(&g_log_mu);
+    return buf;
+}
+
+/* Variants differ in their last bits (spec): the choice is pinned per
+ * machine kind and recorded in the version string. */
+static const char *pick_variant(void) {
+    const char *env = getenv("TD_LLAMACPP_CPU_VARIANT");
+    if (env && *env) return env;
+    __builtin_cpu_init();
+    if (__builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma")) return "haswell";
+    if (__builtin_cpu_supports("sse4.2")) return "sse42";
+    return "x64";
+}
+
+static void init_once(void) {
+    llama_log_set(log_sink, NULL); /* also ggml's logger */
+    const char *v = pick_variant();
+    size_t n = strlen(v);
+    int ok = n > 0 && n < sizeof g_variant;
+    for (size_t i = 0; ok && i < n; i++) ok = (v[i] >= 'a' && v[i] <= 'z') || (v[i] >= '0' && v[i] <= '9');
+    if (!ok) {
+        g_init_rc = TD_EINPUT;
+        snprintf(g_init_msg, sizeof g_init_msg,
+                 "llamacpp: TD_LLAMACPP_CPU_VARIANT='%.40s' is not a variant name (expected e.g. haswell, sse42, x64)",
+                 v);
+        return;
+    }
+    memcpy(g_variant, v, n + 1);
+    char path[1024];
+    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", TD_LLAMACPP_LIBDIR, g_variant);
+    // Release builds fail silently here: the device count is the check.
+    if (!ggml_backend_load(path) || !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
+        g_init_rc = TD_SKIP;
+        snprintf(g_init_msg, sizeof g_init_msg,
+                 "llamacpp: cannot load the CPU backend %.600s (%zu devices loaded); run ci/fetch-llamacpp.sh --force "
+                 "to fetch the llama.cpp libraries again",
+                 path, ggml_backend_dev_count());
+        g_variant[0] = '\0';
+        return;
+    }
+    llama_backend_init();
+    g_init_rc = TD_OK;
+}
+
+int td_llamacpp_init(td_err *err) {
+    pthread_once(&g_once, init_once);
+    if (g_init_rc) return td_err_set(err, g_init_rc, "%s", g_init_msg);
+    return TD_OK;
+}
+
+const char *td_llamacpp_cpu_variant(void) {
+    return g_variant[0] ? g_variant : NULL;
+}
+
+/* ===================================================================== */
+/* Node name -> canonical tap                                             */
+/* ===================================================================== */
+
+/* Width W of a canonical [T, W] tap, from the model's hyper-parameters. */
+typedef enum width_kind { W_E, W_Q, W_KV, W_F, W_X, W_K, W_V } width_kind;
+
+#define MAX_OPS 2
+typedef struct node_rule {
+    const char *node;          /* node name without "-L" */
+    int layered;               /* 1: "<node>-L" gives blk.L.<tap>; 0: the name as is */
+    enum ggml_op ops[MAX_OPS]; /* accepted ops; unused slots repeat the first */
+    const char *tap;
+    width_kind width;
+    td_dtype dtype;
+} node_rule;
+
+/* llama, qwen3 and qwen3moe (spec table). Keyed on name and op because
+ * names repeat: Qcur-L names the MUL_MAT, its RESHAPE and the ROPE. */
+static const node_rule rules[] = {
+    {"embd", 0, {GGML_OP_GET_ROWS, GGML_OP_GET_ROWS}, "inp.embd", W_E, TD_DT_F32},
+    {"attn_norm", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_norm", W_E, TD_DT_F32},
+    {"Qcur", 1, {GGML_OP_MUL_MAT, GGML_OP_ADD}, "attn_q", W_Q, TD_DT_F32},
+    {"Kcur", 1, {GGML_OP_MUL_MAT, GGML_OP_ADD}, "attn_k", W_KV, TD_DT_F32},
+    {"Vcur", 1, {GGML_OP_MUL_MAT, GGML_OP_ADD}, "attn_v", W_KV, TD_DT_F32},
+    {"Qcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_q_norm", W_Q, TD_DT_F32},
+    {"Kcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_k_norm", W_KV, TD_DT_F32},
+    {"Qcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_q_rope", W_Q, TD_DT_F32},
+    {"Kcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_k_rope", W_KV, TD_DT_F32},
+    {"kqv_out", 1, {GGML_OP_CONT, GGML_OP_CONT}, "attn_ctx", W_Q, TD_DT_F32},
+    {"attn_out", 1, {GGML_OP_MUL_MAT, GGML_OP_ADD}, "attn_out", W_E, TD_DT_F32},
+    {"ffn_inp", 1, {GGML_OP_ADD, GGML_OP_ADD}, "ffn_inp", W_E, TD_DT_F32},
+    {"ffn_norm", 1, {GGML_OP_MUL, GGML_OP_MUL}, "ffn_norm", W_E, TD_DT_F32},
+    {"ffn_gate", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ffn_gate", W_F, TD_DT_F32},
+    {"ffn_up", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ffn_up", W_F, TD_DT_F32},
+    {"ffn_swiglu", 1, {GGML_OP_GLU, GGML_OP_GLU}, "ffn_act", W_F, TD_DT_F32},
+    {"ffn_moe_logits", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "moe_logits", W_X, TD_DT_F32},
+    {"ffn_moe_probs", 1, {GGML_OP_SOFT_MAX, GGML_OP_SOFT_MAX}, "moe_probs", W_X, TD_DT_F32},
+    {"ffn_moe_topk", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "moe_topk", W_K, TD_DT_I32},
+    // the renormalised weights; all three archs renormalise (norm_w)
+    {"ffn_moe_weights_norm", 1, {GGML_OP_DIV, GGML_OP_DIV}, "moe_weights", W_K, TD_DT_F32},
+    {"ffn_out", 1, {GGML_OP_MUL_MAT, GGML_OP_ADD}, "ffn_out", W_E, TD_DT_F32},
+    // K=1 makes the expert sum a CONT instead of an ADD
+    {"ffn_moe_out", 1, {GGML_OP_ADD, GGML_OP_CONT}, "ffn_out", W_E, TD_DT_F32},
+    {"l_out", 1, {GGML_OP_ADD, GGML_OP_ADD}, "out", W_E, TD_DT_F32},
+    {"result_norm", 0, {GGML_OP_MUL, GGML_OP_MUL}, "out.norm", W_E, TD_DT_F32},
+    {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
+};
+
+/* Splits "name-12" into ("name", 12); layer -1 when there is no "-<digits>"
+ * suffix. base must hold GGML_MAX_NAME bytes. */
+static int split_layer(const char *name, char *base) {
+    size_t n = strlen(name);
+    if (n >= GGML_MAX_NAME) n = GGML_MAX_NAME - 1;
+    size_t i = n;
+    while (i > 0 && name[i - 1] >= '0' && name[i - 1] <= '9') i--;
+    if (i == n || i < 2 || name[i - 1] != '-' || n - i > 6) {
+        memcpy(base, name, n);
+        base[n] = '\0';
+        return -1;
+    }
+    memcpy(base, name, i - 1);
+    base[i - 1] = '\0';
+    return atoi(name + i);
+}
+
+static int is_view_op(enum ggml_op op) {
+    return op == GGML_OP_NONE || op == GGML_OP_VIEW || op == GGML_OP_RESHAPE || op == GGML_OP_PERMUTE ||
+           op == GGML_OP_TRANSPOSE;
+}
+
+/* ===================================================================== */
+/* Backend state                                                          */
+/* ===================================================================== */
+
+typedef enum want_kind { WANT_NONE = 0, WANT_CANON = 1, WANT_EXTRA = 2 } want_kind;
+
+/* One converted tap, ready to emit. */
+typedef struct lc_tap {
+    char name[TD_TAP_NAME_MAX];
+    td_dtype dtype;
+    int ndim;
+    int64_t shape[TD_TAP_MAX_DIMS];
+    void *data; /* 4-byte values (f32 or i32) */
+    size_t cap; /* bytes allocated */
+} lc_tap;
+
+typedef struct lc_count {
+    char key[TD_TAP_NAME_MAX];
+    int n;
+} lc_count;
+
+/* What the eval callback needs during one forward. */
+typedef struct lc_obs {
+    td_tap_sink *sink;
+    const td_hparams *hp;
+    int all_nodes;
+    int64_t T;    /* tokens of this step */
+    int64_t n_kv; /* KV cells in use after this step = pos0 + T */
+
+    /* the node that ask=true accepted, read at ask=false */
+    const struct ggml_tensor *want;
+    want_kind kind;
+    char want_name[TD_TAP_NAME_MAX];
+    int64_t want_width;  /* canonical: W of [T, W]; 0 = shape from the node */
+    td_dtype want_dtype;
+    int want_attn;       /* ne[0] spans the KV cells: slice to n_kv */
+
+    lc_tap held, cur;    /* held: the last canonical tap, not yet emitted */
+    int have_held;
+    uint8_t *raw;        /* device-to-host copy of a non-host tensor */
+    size_t raw_cap;
+    float *row;          /* one dequantized row */
+    size_t row_cap;
+
+    char (*emitted)[TD_TAP_NAME_MAX]; /* canonical names emitted this step */
+    size_t n_emitted, cap_emitted;
+    lc_count *counts;    /* extras: occurrences of (node, op) this step */
+    size_t n_counts, cap_counts;
+
+    int rc;              /* first error inside the callback */
+    td_err err;
+} lc_obs;
+
+typedef struct lc_backend {
+    td_backend base;
+    const td_model *m;
+    struct llama_model *lm;
+    struct llama_context *lctx;
+    struct llama_batch batch;
+    int64_t n_ctx;  /* positions the caller may use */
+    int64_t n_past; /* positions consumed so far */
+    int64_t n_vocab;
+    int threads;
+    int64_t hist[TD_REF_HIST_W];
+    int n_hist;
+    char version[512];
+    lc_obs obs;
+} lc_backend;
+
+static void *grow(void *p, size_t *cap, size_t need) {
+    if (need <= *cap) return p;
+    size_t c = *cap ? *cap : 256;
+    while (c < need) c *= 2;
+    *cap = c;
+    return td_xrealloc(p, c);
+}
+
+/* Keeps the first error of the step; the graph is then aborted. */
+static int obs_fail(lc_obs *o, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static int obs_fail(lc_obs *o, int status, const char *fmt, ...) {
+    if (!o->rc) {
+        o->rc = status;
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(o->err.msg, sizeof o->err.msg, fmt, ap);
+        va_end(ap);
+    }
+    return status;
+}
+
+/* ===================================================================== */
+/* Emission                                                               */
+/* ===================================================================== */
+
+static int was_emitted(const lc_obs *o, const char *name) {
+    for (size_t i = 0; i < o->n_emitted; i++)
+        if (!strcmp(o->emitted[i], name)) return 1;
+    return 0;
+}
+
+static void emit(lc_obs *o, const lc_tap *t) {
+    td_tap_emit(o->sink, -1, t->name, t->dtype, t->data, t->ndim, t->shape);
+}
+
+static void flush_held(lc_obs *o) {
+    if (!o->have_held) return;
+    emit(o, &o->held);
+    if (o->n_emitted == o->cap_emitted) {
+        o->cap_emitted = o->cap_emitted ? 2 * o->cap_emitted : 64;
+        o->emitted = td_xrealloc(o->emitted, o->cap_emitted * sizeof o->emitted[0]);
+    }
+    memcpy(o->emitted[o->n_emitted++], o->held.name, TD_TAP_NAME_MAX);
+    o->have_held = 0;
+}
+
+/* cur holds a converted canonical tap of node t: it replaces a held tap of
+ * the same name (the later node is the final value), else the held one goes
+ * out. A name that comes back after another tap means the mapping no longer
+ * fits this llama.cpp: an error, never a silent pick. */
+static int take_canonical(lc_obs *o, const struct ggml_tensor *t) {
+    if (!o->have_held || strcmp(o->held.name, o->cur.name)) {
+        flush_held(o);
+        if (was_emitted(o, o->cur.name))
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' (%s) maps to tap %s, already emitted in this step",
+                            t->name, ggml_op_desc(t), o->cur.name);
+    }
+    lc_tap x = o->held;
+    o->held = o->cur;
+    o->cur = x;
+    o->have_held = 1;
+    return TD_OK;
+}
+
+/* "llamacpp.<node>.<OP>", then ".2", ".3", ... for repeats in this step. */
+static void extra_name(lc_obs *o, const struct ggml_tensor *t, char *out) {
+    char key[TD_TAP_NAME_MAX];
+    snprintf(key, sizeof key, "llamacpp.%.64s.%.40s", t->name, ggml_op_desc(t));
+    for (char *p = key; *p; p++)
+        if (*p == '/') *p = '_';
+    size_t i = 0;
+    while (i < o->n_counts && strcmp(o->counts[i].key, key)) i++;
+    if (i == o->n_counts) {
+        if (o->n_counts == o->cap_counts) {
+            o->cap_counts = o->cap_counts ? 2 * o->cap_counts : 64;
+            o->counts = td_xrealloc(o->counts, o->cap_counts * sizeof o->counts[0]);
+        }
+        memcpy(o->counts[i].key, key, sizeof key);
+        o->counts[i].n = 0;
+        o->n_counts++;
+    }
+    int n = ++o->counts[i].n;
+    if (n == 1)
+        memcpy(out, key, TD_TAP_NAME_MAX);
+    else
+        snprintf(out, TD_TAP_NAME_MAX, "%.112s.%d", key, n);
+}
+
+/* ===================================================================== */
+/* Reading a node                                                         */
+/* ===================================================================== */
+
+/* Converts t (its first ne0_used values of every row) into dst as 4-byte
+ * values in row-major order of the reversed ne (ne[3], ne[2], ne[1], ne0_used),
+ * i.e. ne[0] fastest. want_i32: the node must be I32 and is copied as such;
+ * else floats (F32, F16, BF16, or any type ggml can dequantize). */
+static int convert(lc_obs *o, const struct ggml_tensor *t, int64_t ne0_used, int want_i32, void *dst) {
+    const uint8_t *base = t->data;
+    if (!t->buffer || !ggml_backend_buffer_is_host(t->buffer)) {
+        size_t nb = ggml_nbytes(t);
+        o->raw = grow(o->raw, &o->raw_cap, nb);
+        ggml_backend_tensor_get((struct ggml_tensor *)t, o->raw, 0, nb);
+        base = o->raw;
+    }
+    if (!base) return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' has no data", t->name);
+    const enum ggml_type ty = t->type;
+    if (want_i32 != (ty == GGML_TYPE_I32))
+        return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' has type %s, expected %s", t->name, ggml_type_name(ty),
+                        want_i32 ? "i32" : "a float type");
+    const struct ggml_type_traits *tr = ggml_get_type_traits(ty);
+    const int quant = ggml_is_quantized(ty);
+    if (quant && (!tr->to_float || t->nb[0] != tr->type_size || t->ne[0] % tr->blck_size))
+        return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' (%s): its quantized rows are not contiguous blocks",
+                        t->name, ggml_type_name(ty));
+    if (!quant && ty != GGML_TYPE_F32 && ty != GGML_TYPE_F16 && ty != GGML_TYPE_BF16 && ty != GGML_TYPE_I32)
+        return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' has type %s, not readable as f32 or i32", t->name,
+                        ggml_type_name(ty));
+    if (quant) o->row = grow(o->row, &o->row_cap, (size_t)t->ne[0] * sizeof(float));
+
+    float *df = dst;
+    int32_t *di = dst;
+    size_t k = 0;
+    for (int64_t i3 = 0; i3 < t->ne[3]; i3++)
+        for (int64_t i2 = 0; i2 < t->ne[2]; i2++)
+            for (int64_t i1 = 0; i1 < t->ne[1]; i1++) {
+                const uint8_t *r = base + i1 * t->nb[1] + i2 * t->nb[2] + i3 * t->nb[3];
+                if (quant) {
+                    tr->to_float(r, o->row, t->ne[0]);
+                    memcpy(df + k, o->row, (size_t)ne0_used * sizeof(float));
+                    k += (size_t)ne0_used;
+                    continue;
+                }
+                for (int64_t i0 = 0; i0 < ne0_used; i0++, k++) {
+                    const uint8_t *e = r + i0 * t->nb[0];
+                    switch (ty) {
+                    case GGML_TYPE_F32: memcpy(df + k, e, 4); break;
+                    case GGML_TYPE_F16: {
+                        uint16_t h;
+                        memcpy(&h, e, 2);
+                        df[k] = td_f16_to_f32(h);
+                        break;
+                    }
+                    case GGML_TYPE_BF16: {
+                        uint16_t h;
+                        memcpy(&h, e, 2);
+                        df[k] = td_bf16_to_f32(h);
+                        break;
+                    }
+                    default: memcpy(di + k, e, 4); break; /* I32 */
+                    }
+                }
+            }
+    return TD_OK;
+}
+
+static int64_t width_of(const td_hparams *hp, width_kind w) {
+    switch (w) {
+    case W_E: return hp->n_embd;
+    case W_Q: return (int64_t)hp->n_head * hp->head_dim;
+    case W_KV: return (int64_t)hp->n_head_kv * hp->head_dim;
+    case W_F: return hp->n_ff;
+    case W_X: return hp->n_expert;
+    case W_K: return hp->n_expert_used;
+    case W_V: return hp->n_vocab;
+    }
+    return 0;
+}
+
+/* ask=true: decides whether node t is observed, and as what. */
+static int classify(lc_obs *o, const struct ggml_tensor *t) {
+    char base[GGML_MAX_NAME];
+    const int layer = split_layer(t->name, base);
+    const node_rule *hit = NULL;
+    for (size_t i = 0; i < sizeof rules / sizeof rules[0] && !hit; i++) {
+        const node_rule *r = &rules[i];
+        if ((r->layered != 0) != (layer >= 0) || strcmp(r->node, base)) continue;
+        for (int j = 0; j < MAX_OPS; j++)
+            if (t->op == r->ops[j]) hit = r;
+    }
+    int tap_layer = layer;
+    const char *tap = hit ? hit->tap : NULL;
+    width_kind wk = hit ? hit->width : W_E;
+    td_dtype dt = hit ? hit->dtype : TD_DT_F32;
+    // qwen3's output projection is unnamed: recognised by its weight
+    int wl = -1, used = 0;
+    if (!hit && t->op == GGML_OP_MUL_MAT && t->src[0] &&
+        sscanf(t->src[0]->name, "blk.%d.attn_output.weight%n", &wl, &used) == 1 && used > 0 &&
+        !t->src[0]->name[used] && wl >= 0) {
+        tap = "attn_out", tap_layer = wl, wk = W_E;
+    }
+    o->want_attn = 0;
+    if (tap) {
+        o->kind = WANT_CANON;
+        if (tap_layer >= 0)
+            snprintf(o->want_name, sizeof o->want_name, "blk.%d.%s", tap_layer, tap);
+        else
+            snprintf(o->want_name, sizeof o->want_name, "%s", tap);
+        o->want_width = width_of(o->hp, wk);
+        o->want_dtype = dt;
+        return 1;
+    }
+    if (!o->all_nodes || is_view_op(t->op) || t->op == GGML_OP_SET_ROWS) return 0;
+    // attention scores and probabilities span the padded KV cells in ne[0]
+    o->want_attn = layer >= 0 && (!strcmp(base, "kq") || !strcmp(base, "kq_soft_max")) && t->ne[0] >= o->n_kv;
+    if (o->want_attn && t->op == GGML_OP_SOFT_MAX && !strcmp(base, "kq_soft_max")) {
+        o->kind = WANT_CANON;
+        snprintf(o->want_name, sizeof o->want_name, "blk.%d.attn_probs", layer);
+        o->want_width = 0;
+        o->want_dtype = TD_DT_F32;
+        return 1;
+    }
+    o->kind = WANT_EXTRA;
+    extra_name(o, t, o->want_name);
+    o->want_width = 0;
+    o->want_dtype = t->type == GGML_TYPE_I32 ? TD_DT_I32 : TD_DT_F32;
+    return 1;
+}
+
+/* ask=false: reads the node accepted by classify. */
+static int observe(lc_obs *o, const struct ggml_tensor *t) {
+    const int64_t ne0_used = o->want_attn ? o->n_kv : t->ne[0];
+    const int64_t n = ne0_used * t->ne[1] * t->ne[2] * t->ne[3];
+    lc_tap *c = &o->cur;
+    memcpy(c->name, o->want_name, sizeof c->name);
+    c->dtype = o->want_dtype;
+    if (o->want_width > 0) {
+        // canonical [T, W]: T must be the outermost dimension of the node
+        const int64_t W = o->want_width, T = o->T;
+        int outer = 3;
+        while (outer > 0 && t->ne[outer] == 1) outer--;
+        if (n != T * W || (T > 1 && t->ne[outer] != T))
+            return obs_fail(o, TD_EINTERNAL,
+                            "llamacpp: node '%s' does not hold [T, W] rows (expected T*W = %lld values, found %lld)",
+                            t->name, (long long)(T * W), (long long)n);
+        c->ndim = 2;
+        c->shape[0] = T;
+        c->shape[1] = W;
+    } else {
+        // the node's own shape, outermost first, without outer 1s
+        int top = 3;
+        while (top > 0 && t->ne[top] == 1) top--;
+        c->ndim = top + 1;
+        for (int d = 0; d <= top; d++) c->shape[d] = d == top ? ne0_used : t->ne[top - d];
+    }
+    c->data = grow(c->data, &c->cap, (size_t)(n ? n : 1) * 4);
+    int rc = convert(o, t, ne0_used, o->want_dtype == TD_DT_I32, c->data);
+    if (rc) return rc;
+    if (o->kind == WANT_CANON) return take_canonical(o, t);
+    {
+        flush_held(o); // keep execution order
+        emit(o, c);
+    }
+    return TD_OK;
+}
+
+static bool eval_cb(struct ggml_tensor *t, bool ask, void *user) {
+    lc_obs *o = user;
+    if (ask) {
+        o->want = NULL;
+        if (!o->sink || o->rc) return false;
+        if (!classify(o, t)) return false;
+        o->want = t;
+        return true;
+    }
+    if (o->rc) return false;
+    if (t != o->want) {
+        obs_fail(o, TD_EINTERNAL, "llamacpp: the eval callback was handed node '%s' that it had not asked for",
+                 t->name);
+        return false;
+    }
+    o->want = NULL;
+    return observe(o, t) == TD_OK; // false aborts the graph
+}
+
+/* ===================================================================== */
+/* The backend                                                            */
+/* ===================================================================== */
+
+static void lc_close(td_backend *b) {
+    lc_backend *s = (lc_backend *)b;
+    if (!s) return;
+    if (s->batch.token) llama_batch_free(s->batch);
+    if (s->lctx) llama_free(s->lctx);
+    if (s->lm) llama_model_free(s->lm);
+    free(s->obs.held.data);
+    free(s->obs.cur.data);
+    free(s->obs.raw);
+    free(s->obs.row);
+    free(s->obs.emitted);
+    free(s->obs.counts);
+    free(s);
+}
+
+static bool load_progress(float progress, void *user) {
+    (void)progress, (void)user;
+    return true; // the default callback prints dots
+}
+
+static int env_flag(const char *name) {
+    const char *v = getenv(name);
+    return v && *v && strcmp(v, "0");
+}
+
+static int lc_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+    *out = NULL;
+    int rc = td_llamacpp_init(err);
+    if (rc) return rc;
+    if (p && p->inject && p->inject[0])
+        return td_err_set(err, TD_EINPUT, "llamacpp: fault injection '%s' is not available in the llama.cpp peer",
+                          p->inject);
+    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native"))
+        return td_err_set(err, TD_EINPUT, "llamacpp: arithmetic profile '%s' is not supported (only native)", p->profile);
+    const char *path = m->gguf ? m->gguf->path : NULL;
+    if (!path) return td_err_set(err, TD_EINPUT, "llamacpp: the model has no file path to give llama.cpp");
+
+    lc_backend *s = td_xcalloc(1, sizeof *s);
+    s->m = m;
+    s->n_ctx = p && p->n_ctx ? p->n_ctx : m->hp.n_ctx_train;
+    if (s->n_ctx < 1) s->n_ctx = 4096;
+    s->n_vocab = m->hp.n_vocab;
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    s->threads = p && p->threads > 0 ? p->threads : (ncpu > 0 ? (int)ncpu : 1);
+    s->obs.hp = &m->hp;
+    s->obs.all_nodes = env_flag("TD_LLAMACPP_ALL_NODES");
+
+    char why[512];
+    struct llama_model_params mp = llama_model_default_params();
+    mp.n_gpu_layers = 0;
+    mp.use_extra_bufts = false; // no weight repacking
+    mp.progress_callback = load_progress;
+    log_clear();
+    s->lm = llama_model_load_from_file(path, mp);
+    if (!s->lm) {
+        lc_close(&s->base);
+        return td_err_set(err, TD_EINPUT, "llamacpp: %s: llama.cpp cannot load the model: %s", path,
+                          log_last(why, sizeof why));
+    }
+    const struct llama_vocab *vocab = llama_model_get_vocab(s->lm);
+    const int64_t lv = llama_vocab_n_tokens(vocab), le = llama_model_n_embd(s->lm),
+                  ll = llama_model_n_layer(s->lm);
+    if (lv != s->n_vocab || le != m->hp.n_embd || ll != m->hp.n_layer) {
+        lc_close(&s->base);
+        return td_err_set(err, TD_EINPUT,
+                          "llamacpp: %s: llama.cpp reads V=%lld E=%lld layers=%lld, tapdiff's loader V=%lld E=%lld "
+                          "layers=%lld",
+                          path, (long long)lv, (long long)le, (long long)ll, (long long)s->n_vocab,
+                          (long long)m->hp.n_embd, (long long)m->hp.n_layer);
+    }
+
+    struct llama_context_params cp = llama_context_default_params();
+    cp.n_ctx = (uint32_t)s->n_ctx;
+    cp.n_batch = cp.n_ubatch = (uint32_t)s->n_ctx; // a prefill is one graph
+    cp.n_seq_max = 1;
+    cp.n_threads = cp.n_threads_batch = s->threads;
+    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED; // else one fused node and an F16 K/V
+    cp.type_k = cp.type_v = GGML_TYPE_F32;
+    cp.cb_eval = eval_cb;
+    cp.cb_eval_user_data = &s->obs;
+    cp.embeddings = false;
+    cp.no_perf = true;
+    log_clear();
+    s->lctx = llama_init_from_model(s->lm, cp);
+    if (!s->lctx) {
+        lc_close(&s->base);
+        return td_err_set(err, TD_EINTERNAL, "llamacpp: %s: llama.cpp cannot create a context of %lld positions: %s",
+                          path, (long long)s->n_ctx, log_last(why, sizeof why));
+    }
+    s->batch = llama_batch_init((int32_t)s->n_ctx, 0, 1);
+
+    snprintf(s->version, sizeof s->version,
+             "llama.cpp %s (%s), ggml-cpu-%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
+             llama_version(), TD_LLAMACPP_FETCHED, g_variant, (long long)s->n_ctx, s->threads,
+             s->obs.all_nodes ? ", all nodes" : "");
+    s->base.vt = &td_llamacpp_backend;
+    *out = &s->base;
+    return TD_OK;
+}
+
+static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink,
+                      double *logits, td_err *err) {
+    lc_backend *s = (lc_backend *)b;
+    if (T < 1) return td_err_set(err, TD_EINPUT, "llamacpp: a forward needs at least one token, got %lld", (long long)T);
+    if (pos0 != s->n_past)
+        return td_err_set(err, TD_EINPUT,
+                          "llamacpp: positions must continue the sequence: expected pos0 = %lld, got %lld "
+                          "(reset to start a new sequence)",
+                          (long long)s->n_past, (long long)pos0);
+    if (pos0 + T > s->n_ctx)
+        return td_err_set(err, TD_EINPUT,
+                          "llamacpp: KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
+                          (long long)s->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
+    for (int64_t t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= s->n_vocab)
+            return td_err_set(err, TD_EINPUT, "llamacpp: token %lld of the step is id %d; the vocabulary has %lld ids",
+                              (long long)t, tokens[t], (long long)s->n_vocab);
+
+    struct llama_batch *bt = &s->batch;
+    bt->n_tokens = (int32_t)T;
+    int32_t *pos32 = td_xmalloc((size_t)T * sizeof *pos32);
+    for (int64_t t = 0; t < T; t++) {
+        bt->token[t] = tokens[t];
+        bt->pos[t] = (llama_pos)(pos0 + t);
+        bt->n_seq_id[t] = 1;
+        bt->seq_id[t][0] = 0;
+        bt->logits[t] = 1; // every position, else the last layer computes only the requested rows
+        pos32[t] = (int32_t)(pos0 + t);
+    }
+    const int64_t shape_t[1] = {T};
+    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, tokens, 1, shape_t);
+    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, pos32, 1, shape_t);
+    free(pos32);
+
+    lc_obs *o = &s->obs;
+    o->sink = sink;
+    o->T = T;
+    o->n_kv = pos0 + T;
+    o->want = NULL;
+    o->have_held = 0;
+    o->n_emitted = o->n_counts = 0;
+    o->rc = 0;
+    log_clear();
+    const int32_t dr = llama_decode(s->lctx, *bt);
+    if (!o->rc) flush_held(o);
+    o->sink = NULL;
+    if (o->rc) return td_err_set(err, o->rc, "%s", o->err.msg);
+    char why[512];
+    if (dr != 0)
+        return td_err_set(err, TD_EINTERNAL, "llamacpp: llama_decode of %lld tokens at position %lld returned %d: %s",
+                          (long long)T, (long long)pos0, (int)dr, log_last(why, sizeof why));
+
+    for (int64_t t = 0; t < T; t++) {
+        const float *row = llama_get_logits_ith(s->lctx, (int32_t)t);
+        if (!row)
+            return td_err_set(err, TD_EINTERNAL, "llamacpp: llama.cpp has no logits for token %lld of the step",
+                              (long long)t);
+        double *dst = logits + t * s->n_vocab;
+        for (int64_t v = 0; v < s->n_vocab; v++) dst[v] = (double)row[v];
+    }
+
+    // the step succeeded: commit its positions and the token history
+    s->n_past = pos0 + T;
+    for (int64_t t = 0; t < T; t++) {
+        if (s->n_hist == TD_REF_HIST_W) {
+            memmove(s->hist, s->hist + 1, (TD_REF_HIST_W - 1) * sizeof s->hist[0]);
+            s->n_hist--;
+        }
+        s->hist[s->n_hist++] = tokens[t];
+    }
+    const int64_t shape_w[1] = {s->n_hist};
+    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, s->hist, 1, shape_w);
+    return TD_OK;
+}
+
+static void lc_reset(td_backend *b) {
+    lc_backend *s = (lc_backend *)b;
+    llama_memory_clear(llama_get_memory(s->lctx), true);
+    s->n_past = 0;
+    s->n_hist = 0;
+}
+
+static const char *lc_version(const td_backend *b) {
+    return ((const lc_backend *)b)->version;
+}
+
+const td_backend_vt td_llamacpp_backend = {
+    .name = "llamacpp",
+    .precision = "f32",
+    .open = lc_open,
+    .forward = lc_forward,
+    .reset = lc_reset,
+    .close = lc_close,
+    .version = lc_version,
+};

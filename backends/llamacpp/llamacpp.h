@@ -1,0 +1,48 @@
+/* tapdiff llamacpp backend: llama.cpp's own library (the prebuilt shared
+ * libraries of the npm package @node-llama-cpp/linux-x64, fetched by
+ * ci/fetch-llamacpp.sh) run as a tapped peer. Its eval callback observes
+ * the graph nodes and maps them to canonical taps
+ * (../shared/spec/llamacpp-peer.md). Built only when the libraries were
+ * found at configure time (TD_HAVE_LLAMACPP); this header is then the only
+ * way in, and it declares nothing of llama.cpp itself.
+ *
+ * Deterministic settings, always: one pinned CPU variant (chosen by CPU
+ * features, recorded in the version string), flash attention off, F32 K/V
+ * cache, n_batch = n_ubatch = n_ctx (a prefill is one graph), logits for
+ * every position, no weight repacking.
+ *
+ * Environment:
+ *   TD_LLAMACPP_ALL_NODES=1   also emit every computing node that has no
+ *                             canonical name, as "llamacpp.<node>.<OP>"
+ *                             (".<n>" appended for the n-th repeat in a step),
+ *                             and blk.L.attn_probs [H, T, n_kv]; attention
+ *                             nodes are sliced to the used KV cells. Pure
+ *                             views and KV-cache writes are never emitted.
+ *   TD_LLAMACPP_CPU_VARIANT=V pin libggml-cpu-V.so instead of the automatic
+ *                             choice (haswell with AVX2+FMA, else sse42 with
+ *                             SSE4.2, else x64); read once per process. */
+#ifndef TD_LLAMACPP_H
+#define TD_LLAMACPP_H
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* The backend table, "llamacpp" (registered in backends/registry.c). */
+extern const td_backend_vt td_llamacpp_backend;
+
+/* Process-wide set-up, done once (later calls return the first result):
+ * silences llama.cpp's logging, loads the pinned CPU variant, then
+ * llama_backend_init. TD_SKIP when the CPU backend library cannot be loaded.
+ * open() calls it; tests may call it first. */
+int td_llamacpp_init(td_err *err);
+
+/* The CPU variant pinned by td_llamacpp_init ("haswell", ...), NULL before. */
+const char *td_llamacpp_cpu_variant(void);
+
+#ifdef __cplusplus
+}
+#endif
+#endif

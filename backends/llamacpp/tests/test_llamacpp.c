@@ -1,0 +1,513 @@
+/* Tests of the llama.cpp peer backend ("llamacpp") on the fixture models
+ * (written into a temporary directory) and on stories260K when ../shared
+ * has it. The oracle is always something the adapter did not compute: the
+ * f64 reference forward (an independent implementation of the same model),
+ * the definitions of softmax and QKᵀ applied to the reference's own taps, or
+ * llama.cpp run twice. Without the peer every test skips, except the one
+ * that checks the CLI then exits 77 with the way to get it.
+ * llama.cpp runs with one thread here: its workers spin while they wait, so
+ * with Criterion's parallel tests on a 2-core machine more threads would be
+ * many times slower, not faster. */
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "backend.h"
+#include "fixtures.h"
+#include "model.h"
+#include "runner.h"
+#include "tapfile.h"
+
+#define NOT_BUILT "llama.cpp peer not built (run ci/fetch-llamacpp.sh, then meson setup --reconfigure BUILD)"
+#ifdef TD_HAVE_LLAMACPP
+#define REQUIRE_PEER() ((void)0)
+#else
+#define REQUIRE_PEER() cr_skip_test(NOT_BUILT)
+#endif
+
+/* ------------------------------------------------------------------------ */
+/* Helpers                                                                    */
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/td_llamacpp_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+}
+
+static void remove_tmpdir(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
+}
+
+static void fixture_path(const char *name, char *path, size_t n) {
+    td_err err = {{0}};
+    int rc = td_fixture_write(name, tmpdir, path, n, &err);
+    cr_assert_eq(rc, TD_OK, "td_fixture_write(%s): %s", name, err.msg);
+}
+
+static td_model *open_model(const char *path) {
+    td_model *m = NULL;
+    td_err err = {{0}};
+    int rc = td_model_open(&m, path, &err);
+    cr_assert_eq(rc, TD_OK, "td_model_open(%s): %s", path, err.msg);
+    return m;
+}
+
+static td_backend *open_backend(const char *name, const td_model *m, uint32_t n_ctx) {
+    const td_backend_vt *vt = td_backend_find(name);
+    cr_assert_not_null(vt, "backend %s is not registered", name);
+    td_backend_params p = {.n_ctx = n_ctx, .threads = 1};
+    td_backend *b = NULL;
+    td_err err = {{0}};
+    int rc = vt->open(&b, m, &p, &err);
+    cr_assert_eq(rc, TD_OK, "%s open: %s", name, err.msg);
+    return b;
+}
+
+static void forward_ok(td_backend *b, const int32_t *tok, int64_t T, int64_t pos0, td_tap_sink *sink, double *lg) {
+    td_err err = {{0}};
+    int rc = b->vt->forward(b, tok, T, pos0, sink, lg, &err);
+    cr_assert_eq(rc, TD_OK, "%s forward: %s", b->vt->name, err.msg);
+}
+
+/* ||b - a|| / ||a|| */
+static double rel_l2(const double *a, const double *b, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        num += (b[i] - a[i]) * (b[i] - a[i]);
+        den += a[i] * a[i];
+    }
+    return sqrt(num) / (den > 0 ? sqrt(den) : 1);
+}
+
+static int is_f32_fixture(const char *name) {
+    return !strstr(name, "-q");
+}
+
+/* Runs `backend` over prompt + n_steps decode steps pinned to `pinned`,
+ * writing every tap to DIR/<out>. */
+static void run_taps(const char *model, const char *backend, const int32_t *prompt, int64_t n_prompt,
+                     const int32_t *pinned, int64_t n_steps, const char *out, char *path, size_t n) {
+    snprintf(path, n, "%s/%s", tmpdir, out);
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = model;
+    c.backend = backend;
+    c.prompt = prompt;
+    c.n_prompt = n_prompt;
+    c.n_steps = n_steps;
+    c.decode = TD_DECODE_PINNED;
+    c.pinned = pinned;
+    c.n_pinned = n_steps;
+    c.tap_path = path;
+    c.tap_mode = TD_TAP_FULL;
+    c.threads = 1;
+    td_run_result res;
+    memset(&res, 0, sizeof res);
+    td_err err = {{0}};
+    int rc = td_run(&c, &res, &err);
+    cr_assert_eq(rc, TD_OK, "run %s on %s: %s", backend, model, err.msg);
+    td_run_result_free(&res);
+}
+
+static td_tapfile *open_taps(const char *path) {
+    td_tapfile *f = NULL;
+    td_err err = {{0}};
+    int rc = td_tapfile_open(&f, path, &err);
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    return f;
+}
+
+static double *read_tap(const td_tapfile *f, int64_t step, const td_tap_info *ti) {
+    double *v = malloc((ti->count ? ti->count : 1) * sizeof *v);
+    td_err err = {{0}};
+    int rc = td_tapfile_read_f64(f, step, ti->name, v, ti->count, &err);
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    return v;
+}
+
+static const td_tap_info *find_tap(const td_tap_info *taps, int64_t n, const char *name) {
+    for (int64_t i = 0; i < n; i++)
+        if (!strcmp(taps[i].name, name)) return &taps[i];
+    return NULL;
+}
+
+/* Exit status of `sh -c cmd`, its stdout+stderr in out. */
+static int run_cmd(const char *cmd, char *out, size_t n) {
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p);
+    size_t len = fread(out, 1, n - 1, p);
+    out[len] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* ------------------------------------------------------------------------ */
+/* Every fixture loads in llama.cpp and runs                                  */
+
+/* Each fixture goes through our GGUF writer and metadata into llama.cpp's
+ * loader; a forward must give finite logits that agree with the f64
+ * reference, token by token: to 1e-5 relative L2 with F32 weights (measured
+ * ~4e-7: only f32 rounding differs); with quantized weights llama.cpp's CPU
+ * matmul quantizes the activations to 8 bits (Q8_0 / Q8_K blocks: ~5e-3 per
+ * matmul, measured 1.5e-2 .. 2.5e-2 at the logits of these 2-3 layer
+ * models), and that noise can flip an MoE expert pick at a near-tie, which
+ * moves that token's logits by ~0.16 (qwen3moe-q4_k, token 3): all tokens
+ * but one within 0.1. A wrong tensor binding or layout is O(1) everywhere. */
+Test(llamacpp, every_fixture_loads_and_agrees_with_ref, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const int32_t tok[6] = {1, 17, 42, 99, 150, 260};
+    const int64_t T = 6;
+    cr_assert_gt(td_fixture_count(), 10);
+    for (size_t i = 0; i < td_fixture_count(); i++) {
+        const char *name = td_fixture_at(i)->name;
+        char path[512];
+        fixture_path(name, path, sizeof path);
+        td_model *m = open_model(path);
+        const int64_t V = m->hp.n_vocab;
+        double *a = malloc((size_t)(T * V) * sizeof *a), *b = malloc((size_t)(T * V) * sizeof *b);
+        td_backend *ref = open_backend("ref", m, 16), *lc = open_backend("llamacpp", m, 16);
+        forward_ok(ref, tok, T, 0, NULL, a);
+        forward_ok(lc, tok, T, 0, NULL, b);
+        for (int64_t k = 0; k < T * V; k++) cr_assert(isfinite(b[k]), "%s: logit %lld is %g", name, (long long)k, b[k]);
+        const double r = rel_l2(a, b, T * V);
+        cr_log_info("%-16s out.logits relative L2 vs ref: %.3g", name, r);
+        int64_t n_close = 0;
+        for (int64_t t = 0; t < T; t++) {
+            const double rt = rel_l2(a + t * V, b + t * V, V);
+            if (is_f32_fixture(name))
+                cr_expect_leq(rt, 1e-5, "%s token %lld: out.logits relative L2 vs ref %.3g > 1e-5", name, (long long)t,
+                              rt);
+            n_close += rt <= 0.1;
+        }
+        cr_expect_geq(n_close, T - 1, "%s: only %lld of %lld tokens have out.logits within 0.1 of ref", name,
+                      (long long)n_close, (long long)T);
+        ref->vt->close(ref);
+        lc->vt->close(lc);
+        td_model_close(m);
+        free(a);
+        free(b);
+        unlink(path);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* Canonical taps: the same names, shapes and values as the reference         */
+
+/* For llama, qwen3 and qwen3moe (F32 weights): every step of a prefill + 3
+ * pinned decode steps must hold exactly the reference's tap names, with the
+ * same shapes; integer taps equal, float taps within 1e-5 relative L2. This
+ * is the node -> tap table of the spec checked end to end. */
+Test(llamacpp, canonical_taps_match_ref, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *fixtures[] = {"llama-f32", "qwen3-f32", "qwen3moe-f32"};
+    const int32_t prompt[5] = {1, 72, 101, 108, 111}, pinned[3] = {44, 32, 119};
+    for (size_t fi = 0; fi < 3; fi++) {
+        char model[512], pa[600], pb[600];
+        fixture_path(fixtures[fi], model, sizeof model);
+        run_taps(model, "ref", prompt, 5, pinned, 3, "ref.h5", pa, sizeof pa);
+        run_taps(model, "llamacpp", prompt, 5, pinned, 3, "lc.h5", pb, sizeof pb);
+        td_tapfile *fa = open_taps(pa), *fb = open_taps(pb);
+        cr_assert_eq(td_tapfile_n_steps(fb), 4);
+        int64_t n_checked = 0;
+        for (int64_t s = 0; s < 4; s++) {
+            td_tap_info *ta = NULL, *tb = NULL;
+            int64_t na = 0, nb = 0;
+            td_err err = {{0}};
+            cr_assert_eq(td_tapfile_step_taps(fa, s, &ta, &na, &err), TD_OK, "%s", err.msg);
+            cr_assert_eq(td_tapfile_step_taps(fb, s, &tb, &nb, &err), TD_OK, "%s", err.msg);
+            for (int64_t i = 0; i < na; i++)
+                cr_expect_not_null(find_tap(tb, nb, ta[i].name), "%s step %lld: llamacpp has no tap %s", fixtures[fi],
+                                   (long long)s, ta[i].name);
+            for (int64_t j = 0; j < nb; j++) {
+                const td_tap_info *x = find_tap(ta, na, tb[j].name), *y = &tb[j];
+                cr_expect_not_null(x, "%s step %lld: llamacpp tap %s is not a reference tap", fixtures[fi],
+                                   (long long)s, y->name);
+                if (!x) continue;
+                cr_assert_eq(x->ndim, y->ndim, "%s %s: ndim", fixtures[fi], y->name);
+                for (int d = 0; d < x->ndim; d++)
+                    cr_assert_eq(x->shape[d], y->shape[d], "%s step %lld %s: dim %d is %lld, ref %lld", fixtures[fi],
+                                 (long long)s, y->name, d, (long long)y->shape[d], (long long)x->shape[d]);
+                double *va = read_tap(fa, s, x), *vb = read_tap(fb, s, y);
+                if (td_dtype_is_int(x->dtype)) {
+                    cr_assert(td_dtype_is_int(y->dtype), "%s: %s should be an integer tap", fixtures[fi], y->name);
+                    for (uint64_t k = 0; k < x->count; k++)
+                        cr_assert_eq(va[k], vb[k], "%s step %lld %s[%llu]: %g, ref %g", fixtures[fi], (long long)s,
+                                     y->name, (unsigned long long)k, vb[k], va[k]);
+                } else {
+                    cr_assert_eq(y->dtype, TD_DT_F32, "%s: %s is not f32", fixtures[fi], y->name);
+                    const double r = rel_l2(va, vb, (int64_t)x->count);
+                    cr_expect_leq(r, 1e-5, "%s step %lld %s: relative L2 vs ref %.3g", fixtures[fi], (long long)s,
+                                  y->name, r);
+                }
+                free(va);
+                free(vb);
+                n_checked++;
+            }
+            free(ta);
+            free(tb);
+        }
+        cr_log_info("%s: %lld taps match the reference", fixtures[fi], (long long)n_checked);
+        cr_assert_gt(n_checked, 60, "%s: only %lld taps compared", fixtures[fi], (long long)n_checked);
+        td_tapfile_close(fa);
+        td_tapfile_close(fb);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* All nodes: extra taps, attention sliced to the used KV cells               */
+
+/* With TD_LLAMACPP_ALL_NODES=1 (qwen3, 6-token prefill + 2 decode steps):
+ *  - llamacpp.kq-L.MUL_MAT [H, T, n_kv] is the raw QKᵀ: checked against
+ *    q_rope . k_rope of the reference's taps (GQA: head h reads KV head
+ *    h / (H/Hkv)), keys of every earlier step included;
+ *  - blk.L.attn_probs [H, T, n_kv]: rows sum to 1, 0 exactly on cells after
+ *    the token's position (causal mask), and equal softmax(kq / sqrt(D));
+ *  - extra nodes appear under llamacpp. (the RMS_NORM before attn_norm);
+ *  - canonical taps and logits are bitwise those of the run without it. */
+Test(llamacpp, all_nodes_slices_attention_to_used_cells, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    char model[512], pr[600], pl[600], pn[600];
+    fixture_path("qwen3-f32", model, sizeof model);
+    const int32_t prompt[6] = {1, 72, 101, 108, 108, 111}, pinned[2] = {44, 32};
+    run_taps(model, "ref", prompt, 6, pinned, 2, "ref.h5", pr, sizeof pr);
+    run_taps(model, "llamacpp", prompt, 6, pinned, 2, "plain.h5", pn, sizeof pn);
+    setenv("TD_LLAMACPP_ALL_NODES", "1", 1);
+    run_taps(model, "llamacpp", prompt, 6, pinned, 2, "all.h5", pl, sizeof pl);
+    unsetenv("TD_LLAMACPP_ALL_NODES");
+
+    td_model *m = open_model(model);
+    const int64_t H = m->hp.n_head, Hkv = m->hp.n_head_kv, D = m->hp.head_dim, L = m->hp.n_layer;
+    td_model_close(m);
+    td_tapfile *fr = open_taps(pr), *fa = open_taps(pl), *fn = open_taps(pn);
+    cr_assert_eq(td_tapfile_n_steps(fa), 3);
+
+    double *kcache[64] = {0}; // per layer: k_rope of every position so far (n_kv, Hkv*D)
+    cr_assert_leq(L, 64);
+    for (int64_t l = 0; l < L; l++) kcache[l] = calloc((size_t)(8 * Hkv * D), sizeof(double));
+    int64_t n_past = 0;
+    for (int64_t s = 0; s < 3; s++) {
+        td_tap_info *tr = NULL, *ta = NULL, *tn = NULL;
+        int64_t nr = 0, na = 0, nn = 0;
+        td_err err = {{0}};
+        cr_assert_eq(td_tapfile_step_taps(fr, s, &tr, &nr, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_tapfile_step_taps(fa, s, &ta, &na, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_tapfile_step_taps(fn, s, &tn, &nn, &err), TD_OK, "%s", err.msg);
+        const int64_t T = s == 0 ? 6 : 1, n_kv = n_past + T;
+
+        // canonical taps: bitwise the same as without the extra nodes
+        for (int64_t i = 0; i < nn; i++) {
+            const td_tap_info *x = find_tap(ta, na, tn[i].name);
+            cr_assert_not_null(x, "step %lld: %s missing with all nodes on", (long long)s, tn[i].name);
+            double *u = read_tap(fn, s, &tn[i]), *v = read_tap(fa, s, x);
+            cr_assert_eq(memcmp(u, v, tn[i].count * sizeof(double)), 0, "step %lld: %s changed with all nodes on",
+                         (long long)s, tn[i].name);
+            free(u);
+            free(v);
+        }
+        cr_assert_not_null(find_tap(ta, na, "llamacpp.norm-0.RMS_NORM"), "no extra tap for the first RMS_NORM");
+        int64_t n_extra = 0;
+        for (int64_t i = 0; i < na; i++) n_extra += !strncmp(ta[i].name, "llamacpp.", 9);
+        cr_assert_gt(n_extra, 4 * L, "step %lld: only %lld extra taps", (long long)s, (long long)n_extra);
+
+        for (int64_t l = 0; l < L; l++) {
+            char nq[64], nk[64], nkq[64], np[64];
+            snprintf(nq, sizeof nq, "blk.%lld.attn_q_rope", (long long)l);
+            snprintf(nk, sizeof nk, "blk.%lld.attn_k_rope", (long long)l);
+            snprintf(nkq, sizeof nkq, "llamacpp.kq-%lld.MUL_MAT", (long long)l);
+            snprintf(np, sizeof np, "blk.%lld.attn_probs", (long long)l);
+            const td_tap_info *iq = find_tap(tr, nr, nq), *ik = find_tap(tr, nr, nk), *ikq = find_tap(ta, na, nkq),
+                              *ip = find_tap(ta, na, np);
+            cr_assert(iq && ik && ikq && ip, "step %lld layer %lld: missing %s/%s (ref) or %s/%s (llamacpp)",
+                      (long long)s, (long long)l, nq, nk, nkq, np);
+            const int64_t want[3] = {H, T, n_kv};
+            for (int d = 0; d < 3; d++) {
+                cr_assert_eq(ikq->shape[d], want[d], "%s dim %d: %lld, want %lld", nkq, d, (long long)ikq->shape[d],
+                             (long long)want[d]);
+                cr_assert_eq(ip->shape[d], want[d], "%s dim %d: %lld, want %lld", np, d, (long long)ip->shape[d],
+                             (long long)want[d]);
+            }
+            double *q = read_tap(fr, s, iq), *k = read_tap(fr, s, ik), *kq = read_tap(fa, s, ikq),
+                   *pr_ = read_tap(fa, s, ip);
+            memcpy(kcache[l] + n_past * Hkv * D, k, (size_t)(T * Hkv * D) * sizeof(double));
+            for (int64_t h = 0; h < H; h++)
+                for (int64_t t = 0; t < T; t++) {
+                    const double *qh = q + t * H * D + h * D;
+                    const double *row = kq + (h * T + t) * n_kv, *prow = pr_ + (h * T + t) * n_kv;
+                    double mx = -INFINITY, z = 0, sum = 0;
+                    for (int64_t j = 0; j <= n_past + t; j++) mx = fmax(mx, row[j] / sqrt((double)D));
+                    for (int64_t j = 0; j <= n_past + t; j++) z += exp(row[j] / sqrt((double)D) - mx);
+                    for (int64_t j = 0; j < n_kv; j++) {
+                        const double *kj = kcache[l] + j * Hkv * D + (h / (H / Hkv)) * D;
+                        double dot = 0, mag = 0;
+                        for (int64_t e = 0; e < D; e++) dot += qh[e] * kj[e], mag += fabs(qh[e] * kj[e]);
+                        cr_assert_leq(fabs(row[j] - dot), 1e-5 * mag + 1e-6,
+                                      "step %lld %s[h=%lld,t=%lld,j=%lld] = %.9g, q.k = %.9g", (long long)s, nkq,
+                                      (long long)h, (long long)t, (long long)j, row[j], dot);
+                        if (j > n_past + t) {
+                            cr_assert_eq(prow[j], 0.0, "%s[h=%lld,t=%lld,j=%lld]: a future cell has probability %g",
+                                         np, (long long)h, (long long)t, (long long)j, prow[j]);
+                        } else {
+                            const double p = exp(row[j] / sqrt((double)D) - mx) / z;
+                            cr_assert_leq(fabs(prow[j] - p), 1e-6 + 1e-5 * p, "%s[h=%lld,t=%lld,j=%lld] = %.9g, softmax %.9g",
+                                          np, (long long)h, (long long)t, (long long)j, prow[j], p);
+                        }
+                        sum += prow[j];
+                    }
+                    cr_assert_leq(fabs(sum - 1), 1e-5, "%s[h=%lld,t=%lld] sums to %.9g", np, (long long)h,
+                                  (long long)t, sum);
+                }
+            free(q);
+            free(k);
+            free(kq);
+            free(pr_);
+        }
+        n_past += T;
+        free(tr);
+        free(ta);
+        free(tn);
+    }
+    for (int64_t l = 0; l < L; l++) free(kcache[l]);
+    td_tapfile_close(fr);
+    td_tapfile_close(fa);
+    td_tapfile_close(fn);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Sequence handling                                                          */
+
+/* reset() forgets the sequence: the same tokens from position 0 again give
+ * bitwise the same logits (spec: reruns are bitwise identical); and a
+ * prefill split in two forwards continues the KV cache (the second half's
+ * logits agree with the one-shot prefill's rows to f32 rounding: different
+ * kernels, not bitwise). */
+Test(llamacpp, reset_and_continuation, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    char path[512];
+    fixture_path("llama-f32", path, sizeof path);
+    td_model *m = open_model(path);
+    const int64_t V = m->hp.n_vocab;
+    const int32_t tok[6] = {1, 260, 270, 280, 290, 300};
+    double *a = malloc((size_t)(6 * V) * sizeof *a), *b = malloc((size_t)(6 * V) * sizeof *b);
+    td_backend *lc = open_backend("llamacpp", m, 16);
+    forward_ok(lc, tok, 6, 0, NULL, a);
+    lc->vt->reset(lc);
+    forward_ok(lc, tok, 6, 0, NULL, b);
+    cr_assert_eq(memcmp(a, b, (size_t)(6 * V) * sizeof *a), 0, "logits after reset differ from the first run");
+    lc->vt->reset(lc);
+    forward_ok(lc, tok, 3, 0, NULL, b);
+    forward_ok(lc, tok + 3, 3, 3, NULL, b + 3 * V);
+    const double r = rel_l2(a + 3 * V, b + 3 * V, 3 * V);
+    cr_assert_leq(r, 1e-5, "continued prefill: relative L2 %.3g vs the one-shot prefill", r);
+    cr_assert_gt(rel_l2(a, a + 3 * V, 3 * V), 1e-2, "positions 0..2 and 3..5 should not give the same logits");
+    lc->vt->close(lc);
+    td_model_close(m);
+    free(a);
+    free(b);
+}
+
+/* Bad requests come back as TD_EINPUT with one line, never an abort inside
+ * llama.cpp. */
+Test(llamacpp, bad_requests_are_input_errors, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    char path[512];
+    fixture_path("qwen3-f32", path, sizeof path);
+    td_model *m = open_model(path);
+    double *lg = malloc((size_t)(8 * m->hp.n_vocab) * sizeof *lg);
+    td_backend *lc = open_backend("llamacpp", m, 8);
+    td_err err = {{0}};
+    const int32_t tok[9] = {1, 2, 3, 4, 5, 6, 7, 8, 9}, bad[2] = {5, 300};
+    cr_expect_eq(lc->vt->forward(lc, tok, 2, 1, NULL, lg, &err), TD_EINPUT, "pos0 1 on an empty sequence");
+    cr_expect(strstr(err.msg, "pos0"), "%s", err.msg);
+    cr_expect_eq(lc->vt->forward(lc, bad, 2, 0, NULL, lg, &err), TD_EINPUT, "token 300 of V=300");
+    cr_expect(strstr(err.msg, "300"), "%s", err.msg);
+    cr_expect_eq(lc->vt->forward(lc, tok, 9, 0, NULL, lg, &err), TD_EINPUT, "9 tokens in n_ctx 8");
+    cr_expect_eq(lc->vt->forward(lc, tok, 0, 0, NULL, lg, &err), TD_EINPUT, "0 tokens");
+    forward_ok(lc, tok, 8, 0, NULL, lg); // and the context still works
+    lc->vt->close(lc);
+    const td_backend_vt *vt = td_backend_find("llamacpp");
+    td_backend_params p = {.n_ctx = 8, .inject = "rope_swap"};
+    td_backend *b = NULL;
+    cr_expect_eq(vt->open(&b, m, &p, &err), TD_EINPUT, "fault injection is the cpu backend's");
+    cr_expect_null(b);
+    td_model_close(m);
+    free(lg);
+}
+
+/* ------------------------------------------------------------------------ */
+/* stories260K: 200 greedy steps, the same ids as the reference               */
+
+Test(llamacpp, stories260k_greedy_200_matches_ref) {
+    REQUIRE_PEER();
+    const char *shared = getenv("TD_SHARED");
+    char path[1024];
+    snprintf(path, sizeof path, "%s/models/stories260K.gguf", shared ? shared : "../shared");
+    if (access(path, R_OK)) cr_skip_test("%s is not there (TD_SHARED)", path);
+    const int32_t bos = 1;
+    td_run_result res[2];
+    const char *arms[2] = {"ref", "llamacpp"};
+    for (int i = 0; i < 2; i++) {
+        td_run_config c;
+        td_run_config_init(&c);
+        c.model_path = path;
+        c.backend = arms[i];
+        c.prompt = &bos;
+        c.n_prompt = 1;
+        c.n_steps = 200;
+        c.decode = TD_DECODE_GREEDY;
+        c.threads = 1;
+        memset(&res[i], 0, sizeof res[i]);
+        td_err err = {{0}};
+        int rc = td_run(&c, &res[i], &err);
+        cr_assert_eq(rc, TD_OK, "%s: %s", arms[i], err.msg);
+        cr_assert_eq(res[i].n_forwards, 201);
+    }
+    int distinct = 0;
+    for (int64_t k = 0; k < 201; k++) {
+        cr_assert_eq(res[1].sampled[k], res[0].sampled[k], "step %lld: llamacpp sampled %d, ref %d", (long long)k,
+                     res[1].sampled[k], res[0].sampled[k]);
+        distinct += k > 0 && res[0].sampled[k] != res[0].sampled[k - 1];
+    }
+    cr_assert_gt(distinct, 50, "the greedy text should not be one repeated token");
+    cr_assert_neq(strstr(res[1].backend_version, "ggml-cpu-"), NULL, "version '%s' names no CPU variant",
+                  res[1].backend_version);
+    td_run_result_free(&res[0]);
+    td_run_result_free(&res[1]);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The CLI                                                                    */
+
+/* Built: `tapdiff run --backend llamacpp` runs (exit 0) and names llama.cpp
+ * in its tap file's backend_version. Not built: it exits 77 and says how to
+ * get the peer. */
+Test(llamacpp, cli_run_backend_llamacpp, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    char model[512], out[700], cmd[2048], text[8192];
+    fixture_path("llama-f32", model, sizeof model);
+    snprintf(out, sizeof out, "%s/cli.h5", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' run --quiet --model '%s' --backend llamacpp --threads 1 --tokens 1,2,3 --steps 2 --out '%s' 2>&1",
+             exe, model, out);
+    const int st = run_cmd(cmd, text, sizeof text);
+#ifdef TD_HAVE_LLAMACPP
+    cr_assert_eq(st, 0, "%s -> %d: %s", cmd, st, text);
+    td_tapfile *f = open_taps(out);
+    char *v = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_tapfile_attr_str(f, "backend_version", &v, &err), TD_OK, "%s", err.msg);
+    cr_assert(strstr(v, "llama.cpp") && strstr(v, "ggml-cpu-"), "backend_version '%s'", v);
+    free(v);
+    td_tapfile_close(f);
+#else
+    cr_assert_eq(st, 77, "%s -> %d (want 77, skipped): %s", cmd, st, text);
+    cr_assert(strstr(text, "ci/fetch-llamacpp.sh"), "the message should say how to get the peer: %s", text);
+#endif
+}

@@ -1,0 +1,1048 @@
+/* tapdiff router audit (audit.h): streams one or two tap files (and a
+ * control) step by step, MoE layer by MoE layer, and measures how close each
+ * token's top-k selection is to a tie; with two files, splits their
+ * selection disagreements into explained (a (near-)tie) and unexplained.
+ * The renderers (Markdown, JSON, HTML with an SVG margin histogram) are at
+ * the end of the file. */
+#include "audit.h"
+
+#include <cjson/cJSON.h>
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+/* ======================================================================= */
+/* Rounding and floors                                                     */
+/* ======================================================================= */
+
+/* Nearest value of a binary format with p significand bits (implicit bit
+ * included) and exponent range [emin, emax], ties to even. Working on the
+ * double directly (not via float) avoids a double rounding. */
+static double round_to_format(double x, int p, int emin, int emax) {
+    if (x == 0 || !isfinite(x)) return x;
+    int e2;
+    (void)frexp(x, &e2); // |x| = m * 2^e2, m in [0.5, 1): exponent of x is e2 - 1
+    int e = e2 - 1;
+    if (e < emin) e = emin; // subnormal range: a fixed quantum
+    const double q = ldexp(1.0, e - (p - 1));
+    // x / q is exact (a power-of-two scaling well inside double's range);
+    // nearbyint rounds half to even in the default rounding mode
+    const double r = nearbyint(x / q) * q;
+    const double max_finite = ldexp(2.0 - ldexp(1.0, 1 - p), emax);
+    if (fabs(r) > max_finite) return copysign(INFINITY, x);
+    return r;
+}
+
+double td_audit_round_bf16(double x) { return round_to_format(x, 8, -126, 127); }
+double td_audit_round_f16(double x) { return round_to_format(x, 11, -14, 15); }
+
+double td_audit_floor(td_dtype dt) {
+    switch (dt) {
+    case TD_DT_F64: return 1e-13;
+    case TD_DT_F32: return 0x1p-20; // 16 * 2^-24
+    case TD_DT_F16: return 0x1p-7;  // 16 * 2^-11
+    case TD_DT_BF16: return 0x1p-4; // 16 * 2^-8
+    default: return 0;
+    }
+}
+
+/* ======================================================================= */
+/* Reading                                                                 */
+/* ======================================================================= */
+
+/* One open arm and its per-step buffers. */
+typedef struct arm_io {
+    td_tapfile *f;
+    const char *path;
+    double *scores;  // (T, X) of the current layer
+    int64_t *sel;    // (T, K)
+    int64_t *tokens; // (T) inp.tokens, -1 when unknown
+    int has_tokens;
+    size_t cap_s, cap_k, cap_t;
+} arm_io;
+
+static void arm_io_free(arm_io *a) {
+    td_tapfile_close(a->f);
+    free(a->scores), free(a->sel), free(a->tokens);
+    memset(a, 0, sizeof *a);
+}
+
+static void *grow(void *p, size_t *cap, size_t n, size_t elem) {
+    if (n <= *cap && p) return p;
+    *cap = n > 0 ? n : 1;
+    return td_xrealloc(p, *cap * elem);
+}
+
+static char *attr_or_empty(const td_tapfile *f, const char *key) {
+    char *v = NULL;
+    td_err e;
+    if (td_tapfile_attr_str(f, key, &v, &e)) return td_xstrdup("");
+    return v;
+}
+
+/* "blk.<L>.<suffix>" exactly; returns L or -1. */
+static int32_t layer_of(const char *name, const char *suffix) {
+    if (strncmp(name, "blk.", 4)) return -1;
+    const char *p = name + 4;
+    if (*p < '0' || *p > '9') return -1;
+    long v = 0;
+    while (*p >= '0' && *p <= '9') {
+        v = v * 10 + (*p - '0');
+        if (v > INT32_MAX) return -1;
+        p++;
+    }
+    if (*p != '.' || strcmp(p + 1, suffix)) return -1;
+    return (int32_t)v;
+}
+
+/* The MoE layers of step 0 (those with a moe_topk tap), ascending. */
+static int find_layers(const td_tapfile *f, int32_t **layers, int *n, td_err *err) {
+    *layers = NULL;
+    *n = 0;
+    if (td_tapfile_n_steps(f) == 0) return TD_OK;
+    td_tap_info *taps = NULL;
+    int64_t nt = 0;
+    int rc = td_tapfile_step_taps(f, 0, &taps, &nt, err);
+    if (rc) return rc;
+    int32_t *v = td_xmalloc((size_t)(nt + 1) * sizeof *v);
+    int cnt = 0;
+    for (int64_t i = 0; i < nt; i++) {
+        const int32_t l = layer_of(taps[i].name, "moe_topk");
+        if (l >= 0) v[cnt++] = l;
+    }
+    free(taps);
+    // taps come in execution order, which need not be layer order for every engine
+    for (int i = 1; i < cnt; i++)
+        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
+            const int32_t t = v[j];
+            v[j] = v[j - 1];
+            v[j - 1] = t;
+        }
+    *layers = v;
+    *n = cnt;
+    return TD_OK;
+}
+
+/* The score tap of layer l: moe_probs with data, else moe_logits with data. */
+static int pick_score_tap(const td_tapfile *f, int32_t l, char *out, size_t outsz, td_err *err) {
+    static const char *const names[2] = {"moe_probs", "moe_logits"};
+    for (int i = 0; i < 2; i++) {
+        char full[TD_TAP_NAME_MAX];
+        snprintf(full, sizeof full, "blk.%d.%s", (int)l, names[i]);
+        td_tap_info ti;
+        td_err e;
+        if (!td_tapfile_tap(f, 0, full, &ti, &e) && ti.has_data) {
+            snprintf(out, outsz, "%s", names[i]);
+            return TD_OK;
+        }
+    }
+    return td_err_set(err, TD_EINPUT,
+                      "%s: step 0: neither blk.%d.moe_probs nor blk.%d.moe_logits has data; the audit needs the "
+                      "router scores (a full-mode tap file, or a filter that keeps blk.*.moe_*)",
+                      td_tapfile_path(f), (int)l, (int)l);
+}
+
+/* inp.tokens of a step into a->tokens (T); has_tokens = 0 when absent or
+ * without data (a fingerprint keeps the first four values). */
+static int read_step_tokens(arm_io *a, int64_t step, int64_t T, td_err *err) {
+    a->tokens = grow(a->tokens, &a->cap_t, (size_t)T, sizeof *a->tokens);
+    for (int64_t i = 0; i < T; i++) a->tokens[i] = -1;
+    a->has_tokens = 0;
+    td_tap_info ti;
+    td_err e;
+    if (td_tapfile_tap(a->f, step, "inp.tokens", &ti, &e)) return TD_OK;
+    if (ti.count != (uint64_t)T)
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: inp.tokens has %llu values, the step has %lld tokens",
+                          a->path, (long long)step, (unsigned long long)ti.count, (long long)T);
+    if (ti.has_data) {
+        int rc = td_tapfile_read_i64(a->f, step, "inp.tokens", a->tokens, ti.count, err);
+        if (rc) return rc;
+        a->has_tokens = 1;
+    } else if (T <= 4) {
+        for (int64_t i = 0; i < T; i++) a->tokens[i] = (int64_t)ti.fp.first[i];
+        a->has_tokens = 1;
+    }
+    return TD_OK;
+}
+
+/* A [T, n] tap with data; n_cols is set from it, or checked when > 0. */
+static int check_2d(const arm_io *a, int64_t step, const char *name, int64_t T, int64_t *n_cols, td_tap_info *ti,
+                    td_err *err) {
+    int rc = td_tapfile_tap(a->f, step, name, ti, err);
+    if (rc) return rc;
+    if (!ti->has_data)
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s has no data (fingerprint only); the audit needs its values",
+                          a->path, (long long)step, name);
+    if (ti->ndim != 2 || ti->shape[0] != T || (*n_cols > 0 && ti->shape[1] != *n_cols) || ti->shape[1] < 1)
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s: expected shape [%lld, %s], found %d-D [%lld%s%lld]",
+                          a->path, (long long)step, name, (long long)T, *n_cols > 0 ? "as in step 0" : "n",
+                          ti->ndim, (long long)ti->shape[0], ti->ndim > 1 ? ", " : "",
+                          ti->ndim > 1 ? (long long)ti->shape[1] : 0LL);
+    *n_cols = ti->shape[1];
+    return TD_OK;
+}
+
+/* Reads layer l's scores and selection of one step; checks the expert ids. */
+static int read_layer(arm_io *a, int64_t step, int32_t l, const char *score_tap, int64_t T, int64_t *X, int64_t *K,
+                      td_dtype *dt, td_err *err) {
+    char name_s[TD_TAP_NAME_MAX], name_k[TD_TAP_NAME_MAX];
+    snprintf(name_s, sizeof name_s, "blk.%d.%s", (int)l, score_tap);
+    snprintf(name_k, sizeof name_k, "blk.%d.moe_topk", (int)l);
+    td_tap_info ts, tk;
+    int rc;
+    if ((rc = check_2d(a, step, name_s, T, X, &ts, err))) return rc;
+    if ((rc = check_2d(a, step, name_k, T, K, &tk, err))) return rc;
+    if (td_dtype_is_int(ts.dtype))
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s: expected floating-point scores, found %s", a->path,
+                          (long long)step, name_s, td_dtype_name(ts.dtype));
+    if (!td_dtype_is_int(tk.dtype))
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s: expected integer expert ids, found %s", a->path,
+                          (long long)step, name_k, td_dtype_name(tk.dtype));
+    if (*K >= *X)
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s selects K = %lld of X = %lld experts; the audit needs K < X",
+                          a->path, (long long)step, name_k, (long long)*K, (long long)*X);
+    *dt = ts.dtype;
+    a->scores = grow(a->scores, &a->cap_s, (size_t)(T * *X), sizeof *a->scores);
+    a->sel = grow(a->sel, &a->cap_k, (size_t)(T * *K), sizeof *a->sel);
+    if ((rc = td_tapfile_read_f64(a->f, step, name_s, a->scores, (uint64_t)(T * *X), err))) return rc;
+    if ((rc = td_tapfile_read_i64(a->f, step, name_k, a->sel, (uint64_t)(T * *K), err))) return rc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t j = 0; j < *K; j++) {
+            const int64_t e = a->sel[t * *K + j];
+            if (e < 0 || e >= *X)
+                return td_err_set(err, TD_EINPUT, "%s: step %lld: %s[%lld][%lld] = %lld: expected an expert id in 0..%lld",
+                                  a->path, (long long)step, name_k, (long long)t, (long long)j, (long long)e,
+                                  (long long)(*X - 1));
+            for (int64_t i = 0; i < j; i++)
+                if (a->sel[t * *K + i] == e)
+                    return td_err_set(err, TD_EINPUT, "%s: step %lld: %s row %lld selects expert %lld twice", a->path,
+                                      (long long)step, name_k, (long long)t, (long long)e);
+        }
+    return TD_OK;
+}
+
+/* ======================================================================= */
+/* Per-token evaluation                                                    */
+/* ======================================================================= */
+
+typedef struct tok_eval {
+    int finite;
+    double s_k, s_k1; // scores of ranks K and K+1
+    double margin;
+    double thr;
+    double excess;    // max unselected score - min selected score (> 0: not a top-k)
+} tok_eval;
+
+/* Scratch: a rank position per expert (K = not selected) and a taken flag. */
+typedef struct scratch {
+    int64_t *pos;
+    unsigned char *taken;
+    size_t cap;
+} scratch;
+
+static void scratch_fit(scratch *sc, int64_t X) {
+    if ((size_t)X <= sc->cap) return;
+    sc->cap = (size_t)X;
+    sc->pos = td_xrealloc(sc->pos, sc->cap * sizeof *sc->pos);
+    sc->taken = td_xrealloc(sc->taken, sc->cap);
+}
+
+static void mark_selection(scratch *sc, const int64_t *sel, int64_t X, int64_t K) {
+    for (int64_t e = 0; e < X; e++) sc->pos[e] = K;
+    for (int64_t j = 0; j < K; j++) sc->pos[sel[j]] = j;
+}
+
+/* max_{e not in S} s[e] - min_{e in S} s[e], S given by sc->pos (< K). */
+static double selection_excess(const scratch *sc, const double *s, int64_t X, int64_t K) {
+    double min_in = INFINITY, max_out = -INFINITY;
+    for (int64_t e = 0; e < X; e++) {
+        if (sc->pos[e] < K) min_in = fmin(min_in, s[e]);
+        else max_out = fmax(max_out, s[e]);
+    }
+    return max_out - min_in;
+}
+
+static int all_finite(const double *s, int64_t n) {
+    for (int64_t i = 0; i < n; i++)
+        if (!isfinite(s[i])) return 0;
+    return 1;
+}
+
+/* s (X): one token's scores; sel (K): its selection. noise: the control's
+ * deviation at this token (0 without one). */
+static void eval_token(tok_eval *ev, scratch *sc, const double *s, const int64_t *sel, int64_t X, int64_t K,
+                       double noise, td_dtype dt) {
+    memset(ev, 0, sizeof *ev);
+    ev->finite = all_finite(s, X);
+    if (!ev->finite) {
+        ev->s_k = ev->s_k1 = ev->margin = ev->thr = ev->excess = NAN;
+        return;
+    }
+    // the K+1 largest values, by repeated "largest not yet taken"; which of
+    // two equal values is taken first does not change the values
+    memset(sc->taken, 0, (size_t)X);
+    double v = 0;
+    for (int64_t j = 0; j <= K; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < X; e++)
+            if (!sc->taken[e] && (best < 0 || s[e] > s[best])) best = e;
+        sc->taken[best] = 1;
+        v = s[best];
+        if (j == K - 1) ev->s_k = v;
+    }
+    ev->s_k1 = v;
+    ev->margin = ev->s_k - ev->s_k1;
+    const double floor_rel = td_audit_floor(dt) * fmax(fabs(ev->s_k), fabs(ev->s_k1));
+    ev->thr = fmax(TD_AUDIT_NEAR_K * noise, floor_rel);
+    mark_selection(sc, sel, X, K);
+    ev->excess = selection_excess(sc, s, X, K);
+}
+
+static void where_fill(td_audit_where *w, int64_t step, int64_t row, int64_t pos0, int64_t token, const int64_t *sel_a,
+                       const int64_t *sel_b, int64_t K, const tok_eval *ea, const tok_eval *eb, double excess) {
+    memset(w, 0, sizeof *w);
+    w->step = step;
+    w->row = row;
+    w->pos = pos0 + row;
+    w->token = token;
+    w->n_sel = (int)(K < TD_AUDIT_SEL_MAX ? K : TD_AUDIT_SEL_MAX);
+    for (int j = 0; j < w->n_sel; j++) {
+        w->sel_a[j] = (int)sel_a[j];
+        w->sel_b[j] = sel_b ? (int)sel_b[j] : -1;
+    }
+    w->margin_a = ea ? ea->margin : NAN;
+    w->thr_a = ea ? ea->thr : NAN;
+    w->margin_b = eb ? eb->margin : NAN;
+    w->thr_b = eb ? eb->thr : NAN;
+    w->excess = excess;
+}
+
+static void where_none(td_audit_where *w) {
+    memset(w, 0, sizeof *w);
+    w->step = -1;
+    w->margin_a = w->margin_b = w->thr_a = w->thr_b = w->excess = NAN;
+}
+
+static int hist_bin(double margin) {
+    const double lg = log10(margin);
+    if (lg < TD_AUDIT_HIST_LO) return 0;
+    const double b = 1 + floor((lg - TD_AUDIT_HIST_LO) / TD_AUDIT_HIST_W);
+    return b >= TD_AUDIT_HIST_BINS - 1 ? TD_AUDIT_HIST_BINS - 1 : (int)b;
+}
+
+/* Adds one token to an arm's layer statistics. */
+static void layer_add(td_audit_layer *L, const tok_eval *ev, scratch *sc, const double *s, const int64_t *sel,
+                      int64_t step, int64_t row, int64_t pos0, int64_t token, int64_t *n_unexplained) {
+    const int64_t X = L->X, K = L->K;
+    L->n_tokens++;
+    if (!ev->finite) {
+        L->n_nonfinite++;
+        (*n_unexplained)++;
+        if (L->first_unexplained.step < 0) where_fill(&L->first_unexplained, step, row, pos0, token, sel, NULL, K, ev, NULL, NAN);
+        return;
+    }
+    if (ev->margin == 0) {
+        L->n_exact++;
+        if (L->first_exact.step < 0) where_fill(&L->first_exact, step, row, pos0, token, sel, NULL, K, ev, NULL, ev->excess);
+    } else {
+        if (ev->margin <= ev->thr) L->n_near++;
+        L->min_margin = fmin(L->min_margin, ev->margin);
+        L->hist[hist_bin(ev->margin)]++;
+    }
+    if (td_audit_round_bf16(ev->s_k) == td_audit_round_bf16(ev->s_k1)) L->n_tie_bf16++;
+    if (td_audit_round_f16(ev->s_k) == td_audit_round_f16(ev->s_k1)) L->n_tie_f16++;
+    L->max_thr = fmax(L->max_thr, ev->thr);
+    // tie-break order: pairs of bitwise-equal scores with at least one
+    // selected (sc->pos was set by eval_token)
+    for (int64_t j = 0; j < K; j++) {
+        const int64_t e = sel[j];
+        for (int64_t f = 0; f < X; f++) {
+            if (f == e || s[f] != s[e]) continue;
+            if (sc->pos[f] < K && f < e) continue; // both selected: count the pair once
+            const int64_t lo = e < f ? e : f, hi = e < f ? f : e;
+            if (sc->pos[lo] < sc->pos[hi]) L->n_tb_lower++;
+            else L->n_tb_higher++;
+        }
+    }
+    if (ev->excess > 0) {
+        L->n_not_topk++;
+        if (!(ev->excess <= ev->thr)) {
+            L->n_not_topk_unexplained++;
+            (*n_unexplained)++;
+            if (L->first_unexplained.step < 0)
+                where_fill(&L->first_unexplained, step, row, pos0, token, sel, NULL, K, ev, NULL, ev->excess);
+        }
+    }
+}
+
+/* ======================================================================= */
+/* The audit                                                               */
+/* ======================================================================= */
+
+void td_audit_result_free(td_audit_result *r) {
+    if (!r) return;
+    for (int i = 0; i < 2; i++) {
+        free(r->arms[i].path), free(r->arms[i].backend), free(r->arms[i].precision), free(r->arms[i].decode);
+        free(r->arms[i].layers);
+    }
+    free(r->path_ctrl);
+    free(r->pairs);
+    free(r);
+}
+
+static void layer_init(td_audit_layer *L, int32_t layer) {
+    memset(L, 0, sizeof *L);
+    L->layer = layer;
+    L->min_margin = INFINITY;
+    where_none(&L->first_exact);
+    where_none(&L->first_unexplained);
+}
+
+/* The steps of b must be those of a: kind, pos0, n_tokens (and count). */
+static int check_same_steps(const arm_io *a, const arm_io *b, const char *what, td_err *err) {
+    const int64_t na = td_tapfile_n_steps(a->f), nb = td_tapfile_n_steps(b->f);
+    if (na != nb)
+        return td_err_set(err, TD_EINPUT, "%s (%s) has %lld steps, %s has %lld: the audit needs the same steps", b->path,
+                          what, (long long)nb, a->path, (long long)na);
+    for (int64_t s = 0; s < na; s++) {
+        td_step_info sa, sb;
+        int rc;
+        if ((rc = td_tapfile_step(a->f, s, &sa, err)) || (rc = td_tapfile_step(b->f, s, &sb, err))) return rc;
+        if (sa.kind != sb.kind || sa.pos0 != sb.pos0 || sa.n_tokens != sb.n_tokens)
+            return td_err_set(err, TD_EINPUT,
+                              "%s (%s): step %lld is %s at pos %lld with %lld tokens; in %s it is %s at pos %lld with "
+                              "%lld tokens",
+                              b->path, what, (long long)s, sb.kind == TD_STEP_PREFILL ? "prefill" : "decode",
+                              (long long)sb.pos0, (long long)sb.n_tokens, a->path,
+                              sa.kind == TD_STEP_PREFILL ? "prefill" : "decode", (long long)sa.pos0,
+                              (long long)sa.n_tokens);
+    }
+    return TD_OK;
+}
+
+static int check_same_tokens(const arm_io *a, const arm_io *b, const char *what, int64_t step, int64_t T, td_err *err) {
+    if (!a->has_tokens || !b->has_tokens) return TD_OK;
+    for (int64_t i = 0; i < T; i++)
+        if (a->tokens[i] != b->tokens[i])
+            return td_err_set(err, TD_EINPUT,
+                              "%s (%s): step %lld consumed token %lld at row %lld, %s consumed %lld: the arms answer "
+                              "different questions (run them pinned to the same tokens)",
+                              b->path, what, (long long)step, (long long)b->tokens[i], (long long)i, a->path,
+                              (long long)a->tokens[i]);
+    return TD_OK;
+}
+
+static void set_reason(td_audit_result *r, int n_layers) {
+    if (n_layers == 0) {
+        r->verdict = TD_DIVERGENT;
+        snprintf(r->reason, sizeof r->reason,
+                 "no MoE router taps (blk.L.moe_topk) in %s: nothing audited, which is not a pass", r->arms[0].path);
+        return;
+    }
+    if (r->n_unexplained == 0) {
+        r->verdict = TD_OK;
+        if (r->n_arms == 2) {
+            int64_t d = 0;
+            for (int i = 0; i < r->n_pairs; i++) d += r->pairs[i].n_disagree;
+            if (d == 0)
+                snprintf(r->reason, sizeof r->reason,
+                         "the two arms select the same experts at every token of %d MoE layer%s", n_layers,
+                         n_layers == 1 ? "" : "s");
+            else
+                snprintf(r->reason, sizeof r->reason,
+                         "%lld selection disagreement%s over %d MoE layer%s, all explained by exact or near ties",
+                         (long long)d, d == 1 ? "" : "s", n_layers, n_layers == 1 ? "" : "s");
+        } else {
+            snprintf(r->reason, sizeof r->reason,
+                     "%d MoE layer%s audited: every selection is a top-k of the arm's own router scores", n_layers,
+                     n_layers == 1 ? "" : "s");
+        }
+        return;
+    }
+    r->verdict = TD_DIVERGENT;
+    // name the first unexplained thing: pair disagreements first (the bug
+    // two arms show), then an arm's own inconsistencies
+    for (int i = 0; i < r->n_pairs; i++) {
+        const td_audit_pair *p = &r->pairs[i];
+        if (!p->n_unexplained) continue;
+        const td_audit_where *w = &p->first_unexplained;
+        snprintf(r->reason, sizeof r->reason,
+                 "%lld unexplained; first: layer %d, step %lld, pos %lld (token %lld): the selections differ and "
+                 "neither is a top-k of the other arm's scores within its noise (margins %.3g / %.3g, thresholds "
+                 "%.3g / %.3g)",
+                 (long long)r->n_unexplained, (int)p->layer, (long long)w->step, (long long)w->pos,
+                 (long long)w->token, w->margin_a, w->margin_b, w->thr_a, w->thr_b);
+        return;
+    }
+    for (int a = 0; a < r->n_arms; a++)
+        for (int i = 0; i < r->arms[a].n_layers; i++) {
+            const td_audit_layer *L = &r->arms[a].layers[i];
+            if (L->first_unexplained.step < 0) continue;
+            const td_audit_where *w = &L->first_unexplained;
+            snprintf(r->reason, sizeof r->reason,
+                     "%lld unexplained; first: %s layer %d, step %lld, pos %lld (token %lld): %s", (long long)r->n_unexplained,
+                     r->arms[a].path, (int)L->layer, (long long)w->step, (long long)w->pos, (long long)w->token,
+                     isnan(w->excess) ? "non-finite router scores"
+                                      : "the selection is not a top-k of the arm's own router scores");
+            return;
+        }
+    snprintf(r->reason, sizeof r->reason, "%lld unexplained", (long long)r->n_unexplained);
+}
+
+int td_audit(const char *path, const char *other, const char *control, td_audit_result **out, td_err *err) {
+    *out = NULL;
+    arm_io io[3];
+    memset(io, 0, sizeof io);
+    const int n_arms = other ? 2 : 1;
+    arm_io *ctrl = control ? &io[2] : NULL;
+    int32_t *layers = NULL, *layers_b = NULL;
+    int n_layers = 0, n_layers_b = 0;
+    char (*score_tap)[2][16] = NULL; // per layer, per arm
+    scratch sc = {0};
+    td_audit_result *r = td_xcalloc(1, sizeof *r);
+    r->n_arms = n_arms;
+    r->near_k = TD_AUDIT_NEAR_K;
+    const char *paths[3] = {path, other, control};
+    int rc = TD_OK;
+
+    for (int i = 0; i < 3; i++) {
+        if (!paths[i]) continue;
+        io[i].path = paths[i];
+        if ((rc = td_tapfile_open(&io[i].f, paths[i], err))) goto fail;
+    }
+    for (int a = 0; a < n_arms; a++) {
+        r->arms[a].path = td_xstrdup(paths[a]);
+        r->arms[a].backend = attr_or_empty(io[a].f, "backend");
+        r->arms[a].precision = attr_or_empty(io[a].f, "precision");
+        r->arms[a].decode = attr_or_empty(io[a].f, "decode");
+    }
+    if (control) r->path_ctrl = td_xstrdup(control);
+    r->n_steps = td_tapfile_n_steps(io[0].f);
+
+    if ((rc = find_layers(io[0].f, &layers, &n_layers, err))) goto fail;
+    if (other) {
+        if ((rc = check_same_steps(&io[0], &io[1], "the other arm", err))) goto fail;
+        if ((rc = find_layers(io[1].f, &layers_b, &n_layers_b, err))) goto fail;
+        int same = n_layers == n_layers_b;
+        for (int i = 0; same && i < n_layers; i++) same = layers[i] == layers_b[i];
+        if (!same) {
+            rc = td_err_set(err, TD_EINPUT, "%s has %d MoE layers (moe_topk taps in step 0), %s has %d%s", other,
+                            n_layers_b, path, n_layers, n_layers == n_layers_b ? ", with other indices" : "");
+            goto fail;
+        }
+    }
+    if (ctrl && (rc = check_same_steps(&io[0], ctrl, "the control", err))) goto fail;
+
+    score_tap = td_xcalloc((size_t)(n_layers ? n_layers : 1), sizeof *score_tap);
+    for (int a = 0; a < n_arms; a++) {
+        r->arms[a].n_layers = n_layers;
+        r->arms[a].layers = td_xcalloc((size_t)(n_layers ? n_layers : 1), sizeof *r->arms[a].layers);
+        for (int i = 0; i < n_layers; i++) {
+            layer_init(&r->arms[a].layers[i], layers[i]);
+            if ((rc = pick_score_tap(io[a].f, layers[i], score_tap[i][a], sizeof score_tap[i][a], err))) goto fail;
+            snprintf(r->arms[a].layers[i].score_tap, sizeof r->arms[a].layers[i].score_tap, "%s", score_tap[i][a]);
+        }
+    }
+    if (n_arms == 2) {
+        r->n_pairs = n_layers;
+        r->pairs = td_xcalloc((size_t)(n_layers ? n_layers : 1), sizeof *r->pairs);
+        for (int i = 0; i < n_layers; i++) {
+            r->pairs[i].layer = layers[i];
+            where_none(&r->pairs[i].first_explained);
+            where_none(&r->pairs[i].first_unexplained);
+        }
+    }
+    if (control)
+        snprintf(r->noise_note, sizeof r->noise_note,
+                 "near-tie threshold = max(%g x noise, floor(dtype) x score), noise = max over experts |control - %s| "
+                 "at the same step and token (control: %s)",
+                 TD_AUDIT_NEAR_K, path, control);
+    else
+        snprintf(r->noise_note, sizeof r->noise_note,
+                 "no control arm: near-tie threshold = the precision floor x score (f64 1e-13, f32 2^-20, f16 2^-7, "
+                 "bf16 2^-4); give --control (e.g. a ref32 run) to measure the noise");
+
+    double *noise = NULL;
+    size_t cap_noise = 0;
+    for (int64_t s = 0; s < r->n_steps && !rc; s++) {
+        td_step_info si;
+        if ((rc = td_tapfile_step(io[0].f, s, &si, err))) break;
+        const int64_t T = si.n_tokens;
+        for (int i = 0; i < 3 && !rc; i++)
+            if (io[i].f) rc = read_step_tokens(&io[i], s, T, err);
+        if (rc) break;
+        if (other && (rc = check_same_tokens(&io[0], &io[1], "the other arm", s, T, err))) break;
+        if (ctrl && (rc = check_same_tokens(&io[0], ctrl, "the control", s, T, err))) break;
+        noise = grow(noise, &cap_noise, (size_t)T, sizeof *noise);
+
+        for (int i = 0; i < n_layers && !rc; i++) {
+            td_audit_layer *LA = &r->arms[0].layers[i];
+            int64_t X = s ? LA->X : 0, K = s ? LA->K : 0;
+            td_dtype dt[2] = {TD_DT_F64, TD_DT_F64};
+            for (int a = 0; a < n_arms && !rc; a++) {
+                int64_t Xa = X, Ka = K;
+                rc = read_layer(&io[a], s, layers[i], score_tap[i][a], T, &Xa, &Ka, &dt[a], err);
+                if (!rc && a == 0) X = Xa, K = Ka;
+                if (!rc && a == 1 && (Xa != X || Ka != K))
+                    rc = td_err_set(err, TD_EINPUT, "%s: layer %d routes K = %lld of X = %lld experts; %s: K = %lld of %lld",
+                                    other, (int)layers[i], (long long)Ka, (long long)Xa, path, (long long)K,
+                                    (long long)X);
+            }
+            if (rc) break;
+            for (int a = 0; a < n_arms; a++) {
+                r->arms[a].layers[i].X = X, r->arms[a].layers[i].K = K;
+                if (s == 0) r->arms[a].layers[i].dtype = dt[a];
+            }
+            for (int64_t t = 0; t < T; t++) noise[t] = 0;
+            if (ctrl) {
+                char name[TD_TAP_NAME_MAX];
+                snprintf(name, sizeof name, "blk.%d.%s", (int)layers[i], score_tap[i][0]);
+                td_tap_info ti;
+                int64_t Xc = X;
+                if ((rc = check_2d(ctrl, s, name, T, &Xc, &ti, err))) break;
+                ctrl->scores = grow(ctrl->scores, &ctrl->cap_s, (size_t)(T * X), sizeof *ctrl->scores);
+                if ((rc = td_tapfile_read_f64(ctrl->f, s, name, ctrl->scores, (uint64_t)(T * X), err))) break;
+                for (int64_t t = 0; t < T; t++)
+                    for (int64_t e = 0; e < X; e++) {
+                        const double d = fabs(ctrl->scores[t * X + e] - io[0].scores[t * X + e]);
+                        // a non-finite control says nothing about rounding noise
+                        if (isfinite(d)) noise[t] = fmax(noise[t], d);
+                    }
+            }
+            scratch_fit(&sc, X);
+            for (int64_t t = 0; t < T; t++) {
+                tok_eval ev[2];
+                for (int a = 0; a < n_arms; a++) {
+                    const double *sa = io[a].scores + t * X;
+                    const int64_t *sel = io[a].sel + t * K;
+                    eval_token(&ev[a], &sc, sa, sel, X, K, noise[t], dt[a]);
+                    layer_add(&r->arms[a].layers[i], &ev[a], &sc, sa, sel, s, t, si.pos0, io[a].tokens[t],
+                              &r->n_unexplained);
+                }
+                if (n_arms < 2) continue;
+                td_audit_pair *P = &r->pairs[i];
+                P->n_tokens++;
+                const int64_t *sel_a = io[0].sel + t * K, *sel_b = io[1].sel + t * K;
+                const double *s_a = io[0].scores + t * X, *s_b = io[1].scores + t * X;
+                mark_selection(&sc, sel_a, X, K);
+                int same = 1;
+                for (int64_t j = 0; j < K; j++) same &= sc.pos[sel_b[j]] < K;
+                if (same) continue;
+                P->n_disagree++;
+                // both selections judged on A's scores, then both on B's:
+                // rounding explains the disagreement when, in one arm's
+                // scores, EACH selection is a top-k within that arm's noise
+                const double x_ab = selection_excess(&sc, s_b, X, K); // sc marks S_A: S_A on B's scores
+                mark_selection(&sc, sel_b, X, K);
+                const double x_ba = selection_excess(&sc, s_a, X, K); // S_B on A's scores
+                const int finite = ev[0].finite && ev[1].finite;
+                const double on_a = fmax(ev[0].excess, x_ba), on_b = fmax(x_ab, ev[1].excess);
+                const double excess = fmin(on_a, on_b);
+                if (finite && (on_a <= 0 || on_b <= 0)) {
+                    P->n_explained_exact++;
+                } else if (finite && (on_a <= ev[0].thr || on_b <= ev[1].thr)) {
+                    P->n_explained_near++;
+                } else {
+                    P->n_unexplained++;
+                    r->n_unexplained++;
+                    if (P->first_unexplained.step < 0)
+                        where_fill(&P->first_unexplained, s, t, si.pos0, io[0].tokens[t], sel_a, sel_b, K, &ev[0], &ev[1],
+                                   excess);
+                    continue;
+                }
+                if (P->first_explained.step < 0)
+                    where_fill(&P->first_explained, s, t, si.pos0, io[0].tokens[t], sel_a, sel_b, K, &ev[0], &ev[1],
+                               excess);
+            }
+        }
+    }
+    free(noise);
+    if (rc) goto fail;
+    set_reason(r, n_layers);
+    *out = r;
+    r = NULL;
+
+fail:
+    for (int i = 0; i < 3; i++) arm_io_free(&io[i]);
+    free(layers), free(layers_b), free(score_tap);
+    free(sc.pos), free(sc.taken);
+    td_audit_result_free(r);
+    return rc;
+}
+
+/* ======================================================================= */
+/* Renderers                                                               */
+/* ======================================================================= */
+
+static void fmt_rate(char *buf, size_t n, int64_t num, int64_t den) {
+    if (den > 0) snprintf(buf, n, "%lld (%.1f%%)", (long long)num, 100.0 * (double)num / (double)den);
+    else snprintf(buf, n, "%lld", (long long)num);
+}
+
+static void fmt_sel(char *buf, size_t n, const int *sel, int k, int64_t K) {
+    size_t len = 0;
+    len += (size_t)snprintf(buf + len, n - len, "{");
+    for (int j = 0; j < k && len < n; j++) len += (size_t)snprintf(buf + len, n - len, "%s%d", j ? "," : "", sel[j]);
+    if (len < n) snprintf(buf + len, n - len, "%s}", K > k ? ",..." : "");
+}
+
+static const char *tie_order(const td_audit_layer *L) {
+    if (L->n_tb_lower + L->n_tb_higher == 0) return "no exact ties";
+    if (L->n_tb_higher == 0) return "lower index first";
+    if (L->n_tb_lower == 0) return "higher index first";
+    return "mixed";
+}
+
+static void fmt_where(char *buf, size_t n, const td_audit_where *w, int64_t K, int two) {
+    if (w->step < 0) {
+        snprintf(buf, n, "-");
+        return;
+    }
+    char a[160], b[160];
+    fmt_sel(a, sizeof a, w->sel_a, w->n_sel, K);
+    fmt_sel(b, sizeof b, w->sel_b, w->n_sel, K);
+    if (two)
+        snprintf(buf, n, "step %lld pos %lld token %lld: A %s B %s, margins %.3g / %.3g", (long long)w->step,
+                 (long long)w->pos, (long long)w->token, a, b, w->margin_a, w->margin_b);
+    else
+        snprintf(buf, n, "step %lld pos %lld token %lld: %s, margin %.3g", (long long)w->step, (long long)w->pos,
+                 (long long)w->token, a, w->margin_a);
+}
+
+void td_audit_markdown(FILE *f, const td_audit_result *r) {
+    fprintf(f, "## Router audit: %s\n\n", r->verdict == TD_OK ? "PASS" : "FAIL");
+    fprintf(f, "%s\n\n", r->reason);
+    for (int a = 0; a < r->n_arms; a++)
+        fprintf(f, "- arm %c: `%s` (backend %s, precision %s, decode %s)\n", 'A' + a, r->arms[a].path,
+                *r->arms[a].backend ? r->arms[a].backend : "?", *r->arms[a].precision ? r->arms[a].precision : "?",
+                *r->arms[a].decode ? r->arms[a].decode : "?");
+    if (r->path_ctrl) fprintf(f, "- control: `%s`\n", r->path_ctrl);
+    fprintf(f, "- %s\n- steps: %lld; exact tie = scores of ranks K and K+1 bitwise equal in the stored dtype\n\n",
+            r->noise_note, (long long)r->n_steps);
+    if (r->arms[0].n_layers == 0) return;
+
+    fprintf(f, "| arm | layer | scores | X/K | tokens | exact ties | bf16 ties | f16 ties | near ties | min margin > 0 | "
+               "tie-break (lower/higher) | not top-k (unexplained) |\n");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|---|---|\n");
+    for (int a = 0; a < r->n_arms; a++)
+        for (int i = 0; i < r->arms[a].n_layers; i++) {
+            const td_audit_layer *L = &r->arms[a].layers[i];
+            char ex[48], bf[48], hf[48], nr[48];
+            fmt_rate(ex, sizeof ex, L->n_exact, L->n_tokens);
+            fmt_rate(bf, sizeof bf, L->n_tie_bf16, L->n_tokens);
+            fmt_rate(hf, sizeof hf, L->n_tie_f16, L->n_tokens);
+            fmt_rate(nr, sizeof nr, L->n_near, L->n_tokens);
+            fprintf(f, "| %c | %d | %s %s | %lld/%lld | %lld | %s | %s | %s | %s | %.3g | %s (%lld/%lld) | %lld (%lld) |\n",
+                    'A' + a, (int)L->layer, L->score_tap, td_dtype_name(L->dtype) ? td_dtype_name(L->dtype) : "?",
+                    (long long)L->X, (long long)L->K, (long long)L->n_tokens, ex, bf, hf, nr, L->min_margin,
+                    tie_order(L), (long long)L->n_tb_lower, (long long)L->n_tb_higher, (long long)L->n_not_topk,
+                    (long long)L->n_not_topk_unexplained);
+        }
+    for (int a = 0; a < r->n_arms; a++)
+        for (int i = 0; i < r->arms[a].n_layers; i++) {
+            const td_audit_layer *L = &r->arms[a].layers[i];
+            char w[512];
+            if (L->first_exact.step >= 0) {
+                fmt_where(w, sizeof w, &L->first_exact, L->K, 0);
+                fprintf(f, "\n- arm %c layer %d: first exact tie at %s", 'A' + a, (int)L->layer, w);
+            }
+            if (L->first_unexplained.step >= 0) {
+                fmt_where(w, sizeof w, &L->first_unexplained, L->K, 0);
+                fprintf(f, "\n- arm %c layer %d: FIRST UNEXPLAINED at %s", 'A' + a, (int)L->layer, w);
+            }
+        }
+    fputc('\n', f);
+    if (r->n_arms < 2) return;
+
+    fprintf(f, "\n### Selection disagreements (A vs B)\n\n");
+    fprintf(f, "| layer | tokens | disagreements | explained: exact tie | explained: near tie | unexplained | first "
+               "unexplained |\n|---|---|---|---|---|---|---|\n");
+    for (int i = 0; i < r->n_pairs; i++) {
+        const td_audit_pair *p = &r->pairs[i];
+        char d[48], w[512];
+        fmt_rate(d, sizeof d, p->n_disagree, p->n_tokens);
+        fmt_where(w, sizeof w, &p->first_unexplained, r->arms[0].layers[i].K, 1);
+        fprintf(f, "| %d | %lld | %s | %lld | %lld | %lld | %s |\n", (int)p->layer, (long long)p->n_tokens, d,
+                (long long)p->n_explained_exact, (long long)p->n_explained_near, (long long)p->n_unexplained, w);
+    }
+}
+
+/* ---- JSON ---------------------------------------------------------------- */
+
+static cJSON *json_num(double v) { return isfinite(v) ? cJSON_CreateNumber(v) : cJSON_CreateNull(); }
+
+static cJSON *json_where(const td_audit_where *w, int two) {
+    if (w->step < 0) return cJSON_CreateNull();
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", (double)w->step);
+    cJSON_AddNumberToObject(o, "row", (double)w->row);
+    cJSON_AddNumberToObject(o, "pos", (double)w->pos);
+    cJSON_AddNumberToObject(o, "token", (double)w->token);
+    cJSON_AddItemToObject(o, "selected_a", cJSON_CreateIntArray(w->sel_a, w->n_sel));
+    if (two) cJSON_AddItemToObject(o, "selected_b", cJSON_CreateIntArray(w->sel_b, w->n_sel));
+    cJSON_AddItemToObject(o, "margin_a", json_num(w->margin_a));
+    cJSON_AddItemToObject(o, "threshold_a", json_num(w->thr_a));
+    if (two) {
+        cJSON_AddItemToObject(o, "margin_b", json_num(w->margin_b));
+        cJSON_AddItemToObject(o, "threshold_b", json_num(w->thr_b));
+    }
+    cJSON_AddItemToObject(o, "excess", json_num(w->excess));
+    return o;
+}
+
+char *td_audit_json(const td_audit_result *r) {
+    cJSON *doc = cJSON_CreateObject();
+    cJSON_AddStringToObject(doc, "format", "tapdiff-audit");
+    cJSON_AddNumberToObject(doc, "version", 1);
+    cJSON_AddStringToObject(doc, "verdict", r->verdict == TD_OK ? "pass" : "fail");
+    cJSON_AddNumberToObject(doc, "exit", r->verdict == TD_OK ? 0 : 1);
+    cJSON_AddStringToObject(doc, "reason", r->reason);
+    cJSON_AddNumberToObject(doc, "unexplained", (double)r->n_unexplained);
+    cJSON_AddNumberToObject(doc, "steps", (double)r->n_steps);
+    cJSON_AddNumberToObject(doc, "near_k", r->near_k);
+    cJSON_AddItemToObject(doc, "control", r->path_ctrl ? cJSON_CreateString(r->path_ctrl) : cJSON_CreateNull());
+    cJSON_AddStringToObject(doc, "noise", r->noise_note);
+    cJSON *arms = cJSON_AddArrayToObject(doc, "arms");
+    for (int a = 0; a < r->n_arms; a++) {
+        const td_audit_arm *A = &r->arms[a];
+        cJSON *o = cJSON_CreateObject();
+        cJSON_AddStringToObject(o, "path", A->path);
+        cJSON_AddStringToObject(o, "backend", A->backend);
+        cJSON_AddStringToObject(o, "precision", A->precision);
+        cJSON_AddStringToObject(o, "decode", A->decode);
+        cJSON *ls = cJSON_AddArrayToObject(o, "layers");
+        for (int i = 0; i < A->n_layers; i++) {
+            const td_audit_layer *L = &A->layers[i];
+            cJSON *l = cJSON_CreateObject();
+            cJSON_AddNumberToObject(l, "layer", L->layer);
+            cJSON_AddStringToObject(l, "score_tap", L->score_tap);
+            cJSON_AddStringToObject(l, "dtype", td_dtype_name(L->dtype) ? td_dtype_name(L->dtype) : "?");
+            cJSON_AddNumberToObject(l, "experts", (double)L->X);
+            cJSON_AddNumberToObject(l, "k", (double)L->K);
+            cJSON_AddNumberToObject(l, "tokens", (double)L->n_tokens);
+            cJSON_AddNumberToObject(l, "nonfinite", (double)L->n_nonfinite);
+            cJSON_AddNumberToObject(l, "exact_ties", (double)L->n_exact);
+            cJSON_AddItemToObject(l, "exact_tie_rate",
+                                  json_num(L->n_tokens ? (double)L->n_exact / (double)L->n_tokens : NAN));
+            cJSON_AddNumberToObject(l, "bf16_ties", (double)L->n_tie_bf16);
+            cJSON_AddNumberToObject(l, "f16_ties", (double)L->n_tie_f16);
+            cJSON_AddNumberToObject(l, "near_ties", (double)L->n_near);
+            cJSON_AddItemToObject(l, "near_tie_rate",
+                                  json_num(L->n_tokens ? (double)L->n_near / (double)L->n_tokens : NAN));
+            cJSON_AddItemToObject(l, "min_margin", json_num(L->min_margin));
+            cJSON_AddItemToObject(l, "max_threshold", json_num(L->max_thr));
+            cJSON *tb = cJSON_AddObjectToObject(l, "tie_break");
+            cJSON_AddStringToObject(tb, "order", tie_order(L));
+            cJSON_AddNumberToObject(tb, "lower_first", (double)L->n_tb_lower);
+            cJSON_AddNumberToObject(tb, "higher_first", (double)L->n_tb_higher);
+            cJSON_AddNumberToObject(l, "not_topk", (double)L->n_not_topk);
+            cJSON_AddNumberToObject(l, "not_topk_unexplained", (double)L->n_not_topk_unexplained);
+            cJSON *h = cJSON_AddObjectToObject(l, "margin_hist");
+            cJSON_AddNumberToObject(h, "log10_lo", TD_AUDIT_HIST_LO);
+            cJSON_AddNumberToObject(h, "bin_width", TD_AUDIT_HIST_W);
+            cJSON *c = cJSON_AddArrayToObject(h, "counts");
+            for (int b = 0; b < TD_AUDIT_HIST_BINS; b++) cJSON_AddItemToArray(c, cJSON_CreateNumber((double)L->hist[b]));
+            cJSON_AddItemToObject(l, "first_exact_tie", json_where(&L->first_exact, 0));
+            cJSON_AddItemToObject(l, "first_unexplained", json_where(&L->first_unexplained, 0));
+            cJSON_AddItemToArray(ls, l);
+        }
+        cJSON_AddItemToArray(arms, o);
+    }
+    if (r->n_arms == 2) {
+        cJSON *ps = cJSON_AddArrayToObject(doc, "disagreements");
+        for (int i = 0; i < r->n_pairs; i++) {
+            const td_audit_pair *p = &r->pairs[i];
+            cJSON *o = cJSON_CreateObject();
+            cJSON_AddNumberToObject(o, "layer", p->layer);
+            cJSON_AddNumberToObject(o, "tokens", (double)p->n_tokens);
+            cJSON_AddNumberToObject(o, "disagreements", (double)p->n_disagree);
+            cJSON_AddNumberToObject(o, "explained", (double)(p->n_explained_exact + p->n_explained_near));
+            cJSON_AddNumberToObject(o, "explained_exact", (double)p->n_explained_exact);
+            cJSON_AddNumberToObject(o, "explained_near", (double)p->n_explained_near);
+            cJSON_AddNumberToObject(o, "unexplained", (double)p->n_unexplained);
+            cJSON_AddItemToObject(o, "first_explained", json_where(&p->first_explained, 1));
+            cJSON_AddItemToObject(o, "first_unexplained", json_where(&p->first_unexplained, 1));
+            cJSON_AddItemToArray(ps, o);
+        }
+    }
+    char *s = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    TD_ASSERT(s);
+    return s;
+}
+
+/* ---- HTML ------------------------------------------------------------------ */
+
+static void html_text(FILE *f, const char *s) {
+    for (; *s; s++) {
+        switch (*s) {
+        case '<': fputs("&lt;", f); break;
+        case '>': fputs("&gt;", f); break;
+        case '&': fputs("&amp;", f); break;
+        case '"': fputs("&quot;", f); break;
+        default: fputc(*s, f);
+        }
+    }
+}
+
+/* One bar per histogram bin, the exact ties as their own bar at the left,
+ * the layer's largest near-tie threshold as a dashed line. */
+static void html_hist(FILE *f, const td_audit_layer *L) {
+    const int n_bars = TD_AUDIT_HIST_BINS + 1; // [exact] + bins
+    const double W = 560, H = 170, x0 = 40, y0 = 20, pw = W - x0 - 10, ph = H - y0 - 40;
+    const double bw = pw / n_bars;
+    int64_t maxc = L->n_exact;
+    for (int b = 0; b < TD_AUDIT_HIST_BINS; b++) maxc = L->hist[b] > maxc ? L->hist[b] : maxc;
+    fprintf(f, "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"%.0f\" height=\"%.0f\" viewBox=\"0 0 %.0f %.0f\">\n",
+            W, H, W, H);
+    fprintf(f, "<text x=\"%.0f\" y=\"14\" font-size=\"12\">layer %d: log10 margin s_K - s_K+1 (%lld tokens)</text>\n",
+            x0, (int)L->layer, (long long)L->n_tokens);
+    fprintf(f, "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#444\"/>\n", x0, y0 + ph, x0 + pw, y0 + ph);
+    for (int i = 0; i < n_bars; i++) {
+        const int64_t c = i == 0 ? L->n_exact : L->hist[i - 1];
+        if (!c || !maxc) continue;
+        const double h = ph * (double)c / (double)maxc;
+        fprintf(f, "<rect x=\"%.1f\" y=\"%.1f\" width=\"%.1f\" height=\"%.1f\" fill=\"%s\"><title>%lld</title></rect>\n",
+                x0 + i * bw + 1, y0 + ph - h, bw - 2, h, i == 0 ? "#c0392b" : "#2c7fb8", (long long)c);
+    }
+    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#c0392b\">tie</text>\n", x0, y0 + ph + 12);
+    for (int d = (int)TD_AUDIT_HIST_LO; d <= (int)(TD_AUDIT_HIST_LO + (TD_AUDIT_HIST_BINS - 2) * TD_AUDIT_HIST_W); d += 4) {
+        const double x = x0 + bw * (2 + (d - TD_AUDIT_HIST_LO) / TD_AUDIT_HIST_W);
+        fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" text-anchor=\"middle\">1e%d</text>\n", x, y0 + ph + 12, d);
+    }
+    if (L->max_thr > 0 && isfinite(L->max_thr)) {
+        double b = 1 + (log10(L->max_thr) - TD_AUDIT_HIST_LO) / TD_AUDIT_HIST_W;
+        b = b < 1 ? 1 : (b > n_bars - 1 ? n_bars - 1 : b);
+        const double x = x0 + bw * (1 + b);
+        fprintf(f,
+                "<line x1=\"%.1f\" y1=\"%.1f\" x2=\"%.1f\" y2=\"%.1f\" stroke=\"#e67e22\" stroke-dasharray=\"4 3\"/>\n"
+                "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#e67e22\" text-anchor=\"end\">near-tie "
+                "threshold (max %.2g)</text>\n",
+                x, y0, x, y0 + ph, x - 3, y0 + 10, L->max_thr);
+    }
+    fprintf(f, "<text x=\"%.0f\" y=\"%.0f\" font-size=\"10\">counts per half decade; red: exact ties</text>\n", x0,
+            H - 6);
+    fprintf(f, "</svg>\n");
+}
+
+void td_audit_html(FILE *f, const td_audit_result *r) {
+    fprintf(f, "<!DOCTYPE html>\n<html><head><meta charset=\"utf-8\"><title>tapdiff router audit</title>\n"
+               "<style>body{font-family:sans-serif;margin:1.5em}table{border-collapse:collapse}"
+               "td,th{border:1px solid #bbb;padding:2px 6px;font-size:13px}.pass{color:#1a7f37}.fail{color:#c0392b}"
+               "</style></head><body>\n");
+    fprintf(f, "<h1>Router audit: <span class=\"%s\">%s</span></h1>\n<p>", r->verdict == TD_OK ? "pass" : "fail",
+            r->verdict == TD_OK ? "PASS" : "FAIL");
+    html_text(f, r->reason);
+    fprintf(f, "</p>\n<ul>\n");
+    for (int a = 0; a < r->n_arms; a++) {
+        fprintf(f, "<li>arm %c: <code>", 'A' + a);
+        html_text(f, r->arms[a].path);
+        fprintf(f, "</code> (");
+        html_text(f, r->arms[a].backend);
+        fprintf(f, ", ");
+        html_text(f, r->arms[a].precision);
+        fprintf(f, ", decode ");
+        html_text(f, r->arms[a].decode);
+        fprintf(f, ")</li>\n");
+    }
+    if (r->path_ctrl) {
+        fprintf(f, "<li>control: <code>");
+        html_text(f, r->path_ctrl);
+        fprintf(f, "</code></li>\n");
+    }
+    fprintf(f, "<li>");
+    html_text(f, r->noise_note);
+    fprintf(f, "</li>\n</ul>\n");
+    if (r->arms[0].n_layers) {
+        fprintf(f, "<table><tr><th>arm</th><th>layer</th><th>scores</th><th>X/K</th><th>tokens</th><th>exact ties</th>"
+                   "<th>bf16 ties</th><th>f16 ties</th><th>near ties</th><th>min margin</th><th>tie-break</th>"
+                   "<th>not top-k (unexplained)</th></tr>\n");
+        for (int a = 0; a < r->n_arms; a++)
+            for (int i = 0; i < r->arms[a].n_layers; i++) {
+                const td_audit_layer *L = &r->arms[a].layers[i];
+                char ex[48], bf[48], hf[48], nr[48];
+                fmt_rate(ex, sizeof ex, L->n_exact, L->n_tokens);
+                fmt_rate(bf, sizeof bf, L->n_tie_bf16, L->n_tokens);
+                fmt_rate(hf, sizeof hf, L->n_tie_f16, L->n_tokens);
+                fmt_rate(nr, sizeof nr, L->n_near, L->n_tokens);
+                fprintf(f, "<tr><td>%c</td><td>%d</td><td>%s %s</td><td>%lld/%lld</td><td>%lld</td><td>%s</td><td>%s</td>"
+                           "<td>%s</td><td>%s</td><td>%.3g</td><td>%s (%lld/%lld)</td><td>%lld (%lld)</td></tr>\n",
+                        'A' + a, (int)L->layer, L->score_tap, td_dtype_name(L->dtype) ? td_dtype_name(L->dtype) : "?",
+                        (long long)L->X, (long long)L->K, (long long)L->n_tokens, ex, bf, hf, nr, L->min_margin,
+                        tie_order(L), (long long)L->n_tb_lower, (long long)L->n_tb_higher, (long long)L->n_not_topk,
+                        (long long)L->n_not_topk_unexplained);
+            }
+        fprintf(f, "</table>\n");
+    }
+    if (r->n_arms == 2) {
+        fprintf(f, "<h2>Selection disagreements (A vs B)</h2>\n<table><tr><th>layer</th><th>tokens</th>"
+                   "<th>disagreements</th><th>explained: exact tie</th><th>explained: near tie</th>"
+                   "<th>unexplained</th><th>first unexplained</th></tr>\n");
+        for (int i = 0; i < r->n_pairs; i++) {
+            const td_audit_pair *p = &r->pairs[i];
+            char w[512];
+            fmt_where(w, sizeof w, &p->first_unexplained, r->arms[0].layers[i].K, 1);
+            fprintf(f, "<tr><td>%d</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%lld</td><td>", (int)p->layer,
+                    (long long)p->n_tokens, (long long)p->n_disagree, (long long)p->n_explained_exact,
+                    (long long)p->n_explained_near, (long long)p->n_unexplained);
+            html_text(f, w);
+            fprintf(f, "</td></tr>\n");
+        }
+        fprintf(f, "</table>\n");
+    }
+    for (int a = 0; a < r->n_arms; a++) {
+        if (!r->arms[a].n_layers) continue;
+        fprintf(f, "<h2>Margin distribution, arm %c</h2>\n", 'A' + a);
+        for (int i = 0; i < r->arms[a].n_layers; i++) html_hist(f, &r->arms[a].layers[i]);
+    }
+    fprintf(f, "</body></html>\n");
+}
+
+/* ---- Report directory ----------------------------------------------------- */
+
+static int mkdir_p(const char *dir, td_err *err) {
+    char *p = td_xstrdup(dir);
+    int rc = TD_OK;
+    for (char *q = p + 1; *q && !rc; q++) {
+        if (*q != '/') continue;
+        *q = '\0';
+        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+        *q = '/';
+    }
+    if (!rc && mkdir(p, 0777) && errno != EEXIST)
+        rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+    free(p);
+    return rc;
+}
+
+static int write_one(const char *dir, const char *name, const td_audit_result *r, int kind, td_err *err) {
+    const size_t n = strlen(dir) + strlen(name) + 2;
+    char *path = td_xmalloc(n);
+    snprintf(path, n, "%s/%s", dir, name);
+    FILE *f = fopen(path, "w");
+    int rc = TD_OK;
+    if (!f) {
+        rc = td_err_set(err, TD_EINPUT, "%s: cannot write: %s", path, strerror(errno));
+    } else {
+        if (kind == 0) td_audit_markdown(f, r);
+        else if (kind == 1) {
+            char *s = td_audit_json(r);
+            fputs(s, f);
+            fputc('\n', f);
+            free(s);
+        } else td_audit_html(f, r);
+        if (ferror(f) | fclose(f)) rc = td_err_set(err, TD_EINPUT, "%s: write failed", path);
+    }
+    free(path);
+    return rc;
+}
+
+int td_audit_write_dir(const char *dir, const td_audit_result *r, td_err *err) {
+    int rc = mkdir_p(dir, err);
+    if (!rc) rc = write_one(dir, "audit.md", r, 0, err);
+    if (!rc) rc = write_one(dir, "audit.json", r, 1, err);
+    if (!rc) rc = write_one(dir, "audit.html", r, 2, err);
+    return rc;
+}

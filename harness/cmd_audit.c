@@ -1,0 +1,89 @@
+/* tapdiff audit: the CLI of audit.h. Audits the MoE router of one tap file
+ * (tie rates, margins, tie-break order) or two (plus their selection
+ * disagreements, explained or not), prints the Markdown table (or JSON) on
+ * stdout, optionally writes the reports, and exits 0 pass / 1 fail (an
+ * unexplained selection, or nothing audited) / 2 usage / 3 refused input. */
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "audit.h"
+#include "cli.h"
+
+static const char *const audit_help =
+    "usage: tapdiff audit FILE.h5 [OTHER.h5] [--control C.h5] [--json] [--report DIR]\n"
+    "\n"
+    "Router tie audit of the MoE layers (taps blk.L.moe_topk with blk.L.moe_probs, or\n"
+    "moe_logits when the probabilities have no data), over every token of every step:\n"
+    "  exact ties    the scores of ranks K and K+1 are bitwise equal in the stored dtype\n"
+    "  bf16/f16 ties they would be equal after rounding both to bf16 / f16\n"
+    "  near ties     0 < margin <= max(4 x noise, floor(dtype) x score); noise = max over\n"
+    "                experts |control - FILE| at the same step and token (--control), else\n"
+    "                0: the precision floor alone (f64 1e-13, f32 2^-20, f16 2^-7, bf16 2^-4)\n"
+    "  tie-break     among bitwise-equal scores: lower expert index first, or not\n"
+    "  not top-k     the selection is not a top-k of the arm's own scores (explained only\n"
+    "                within the near-tie threshold)\n"
+    "With OTHER: selection disagreements (the sets of selected experts differ at a token),\n"
+    "explained when one arm's set is a top-k of the other arm's scores within that arm's\n"
+    "threshold (an exact or near tie at the k-th boundary), unexplained otherwise.\n"
+    "The arms (and the control) must have the same steps and tokens (run them pinned).\n"
+    "\n"
+    "  --control C    control arm measuring the rounding noise (e.g. ref32 next to ref)\n"
+    "  --json         print the JSON document (format tapdiff-audit) instead of the table\n"
+    "  --report DIR   write DIR/audit.md, audit.json, audit.html (with margin histograms)\n"
+    "  --help         this text\n"
+    "\n"
+    "exit: 0 pass, 1 fail (an unexplained disagreement or selection, or no MoE taps: an\n"
+    "      audit that audited nothing does not pass), 2 usage,\n"
+    "      3 bad input (unreadable file, no data, different steps/tokens/layers)\n";
+
+int td_cmd_audit(int argc, char **argv) {
+    const char *pos[2] = {0}, *control = NULL, *report = NULL;
+    int npos = 0, json = 0;
+    for (int i = 1; i < argc; i++) {
+        const char *a = argv[i];
+        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+            fputs(audit_help, stdout);
+            return TD_OK;
+        }
+        if (!strcmp(a, "--json")) {
+            json = 1;
+        } else if (!strcmp(a, "--control") || !strcmp(a, "--report")) {
+            if (i + 1 >= argc) return td_cli_failf("audit", TD_EUSAGE, "%s needs a value", a);
+            if (!strcmp(a, "--control")) control = argv[++i];
+            else report = argv[++i];
+        } else if (!strncmp(a, "--control=", 10)) {
+            control = a + 10;
+        } else if (!strncmp(a, "--report=", 9)) {
+            report = a + 9;
+        } else if (a[0] == '-' && a[1]) {
+            return td_cli_failf("audit", TD_EUSAGE, "unknown option '%s' (see tapdiff audit --help)", a);
+        } else {
+            if (npos == 2) return td_cli_failf("audit", TD_EUSAGE, "at most two tap files (got '%s' too)", a);
+            pos[npos++] = a;
+        }
+    }
+    if (npos == 0) return td_cli_failf("audit", TD_EUSAGE, "a tap file is required (see tapdiff audit --help)");
+    if ((control && !*control) || (report && !*report))
+        return td_cli_failf("audit", TD_EUSAGE, "--control and --report need a non-empty value");
+
+    td_err err = {{0}};
+    td_audit_result *r = NULL;
+    int rc = td_audit(pos[0], pos[1], control, &r, &err);
+    if (rc) return td_cli_fail("audit", rc, &err);
+    if (json) {
+        char *s = td_audit_json(r);
+        puts(s);
+        free(s);
+    } else {
+        td_audit_markdown(stdout, r);
+    }
+    if (report && (rc = td_audit_write_dir(report, r, &err))) {
+        td_audit_result_free(r);
+        return td_cli_fail("audit", rc, &err);
+    }
+    rc = r->verdict;
+    if (rc != TD_OK) td_cli_failf("audit", rc, "FAIL: %s", r->reason);
+    td_audit_result_free(r);
+    return rc;
+}

@@ -1,0 +1,1232 @@
+/* tapdiff compare (compare.h): the metrics, the ratio-based budget, the
+ * producer map and the localization of the first divergent tensor. Two (or
+ * up to four, with a control pair) tap files are walked step by step; a tap
+ * is streamed in blocks of whole rows, so memory is a few blocks plus one
+ * small record per compared tap, whatever the file sizes. */
+#include "compare.h"
+
+#include <fnmatch.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+/* Doubles per arm per block: rows are read in blocks of about this many
+ * values (at least one row). 1 MiB per arm. */
+#define BLOCK_ELEMS ((uint64_t)1 << 17)
+
+/* ULP histogram: bins 0..1023 hold round(d) exactly; above, quarter octaves
+ * from 1024 upward. */
+#define ULP_EXACT 1024
+#define ULP_BINS (ULP_EXACT + 4 * 2200)
+
+/* ------------------------------------------------------------ helpers */
+
+double td_cmp_floor(td_dtype dt) {
+    switch (dt) {
+    case TD_DT_F64: return 1e-13;
+    case TD_DT_F32: return ldexp(1.0, -20);
+    case TD_DT_F16: return ldexp(1.0, -7);
+    case TD_DT_BF16: return ldexp(1.0, -4);
+    default: return 0.0;
+    }
+}
+
+double td_cmp_ulp(double x, td_dtype dt) {
+    int p, emin; // significand bits incl. the implicit one; smallest normal exponent
+    switch (dt) {
+    case TD_DT_F64: p = 53, emin = -1022; break;
+    case TD_DT_F32: p = 24, emin = -126; break;
+    case TD_DT_F16: p = 11, emin = -14; break;
+    case TD_DT_BF16: p = 8, emin = -126; break;
+    default: return 0.0;
+    }
+    double ax = fabs(x);
+    if (!(ax >= ldexp(1.0, emin))) return ldexp(1.0, emin - (p - 1));
+    int e;
+    frexp(ax, &e); // ax = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1)
+    return ldexp(1.0, e - p);
+}
+
+int td_cmp_filter_match(const char *filter, const char *name) {
+    if (!filter) return 1;
+    int any = 0;
+    const char *p = filter;
+    while (*p) {
+        const char *end = strchr(p, ',');
+        size_t n = end ? (size_t)(end - p) : strlen(p);
+        while (n && (*p == ' ' || *p == '\t')) p++, n--;
+        while (n && (p[n - 1] == ' ' || p[n - 1] == '\t')) n--;
+        if (n) {
+            any = 1;
+            char pat[256];
+            if (n >= sizeof pat) n = sizeof pat - 1;
+            memcpy(pat, p, n);
+            pat[n] = '\0';
+            if (fnmatch(pat, name, 0) == 0) return 1;
+        }
+        if (!end) break;
+        p = end + 1;
+    }
+    return !any;
+}
+
+/* ------------------------------------------------------ producer map */
+
+// "@prev" = blk.(L-1).out, or inp.embd for layer 0. Each row: base name,
+// then up to 3 operands of up to 3 alternatives (first present wins).
+typedef struct producer {
+    const char *base;
+    const char *ops[3][3];
+} producer;
+
+static const producer producers[] = {
+    {"attn_norm", {{"@prev"}}},
+    {"attn_q", {{"attn_norm"}}},
+    {"attn_k", {{"attn_norm"}}},
+    {"attn_v", {{"attn_norm"}}},
+    {"attn_q_norm", {{"attn_q"}}},
+    {"attn_k_norm", {{"attn_k"}}},
+    {"attn_q_rope", {{"attn_q_norm", "attn_q"}}},
+    {"attn_k_rope", {{"attn_k_norm", "attn_k"}}},
+    {"attn_ctx", {{"attn_q_rope", "attn_q_norm", "attn_q"}, {"attn_k_rope", "attn_k_norm", "attn_k"}, {"attn_v"}}},
+    {"attn_out", {{"attn_ctx"}}},
+    {"ffn_inp", {{"attn_out"}, {"@prev"}}},
+    {"ffn_norm", {{"ffn_inp"}}},
+    {"ffn_gate", {{"ffn_norm"}}},
+    {"ffn_up", {{"ffn_norm"}}},
+    {"ffn_act", {{"ffn_gate"}, {"ffn_up"}}},
+    {"moe_logits", {{"ffn_norm"}}},
+    {"moe_probs", {{"moe_logits"}}},
+    {"moe_weights", {{"moe_probs"}}},
+    {"ffn_out", {{"ffn_act", "ffn_norm"}, {"moe_weights"}}},
+    {"out", {{"ffn_out"}, {"ffn_inp"}}},
+};
+
+// Parses "blk.<L>.<base>"; returns the base or NULL.
+static const char *blk_base(const char *name, long *layer) {
+    if (strncmp(name, "blk.", 4) != 0) return NULL;
+    char *end;
+    long l = strtol(name + 4, &end, 10);
+    if (end == name + 4 || *end != '.' || l < 0) return NULL;
+    *layer = l;
+    return end + 1;
+}
+
+int td_cmp_inputs(const char *name, char groups[][3][TD_TAP_NAME_MAX], int max_groups, int *wants_last_out) {
+    *wants_last_out = 0;
+    if (!strcmp(name, "out.norm")) {
+        *wants_last_out = 1;
+        return 0;
+    }
+    if (!strcmp(name, "out.logits")) {
+        if (max_groups < 1) return 0;
+        memset(groups[0], 0, sizeof groups[0]);
+        snprintf(groups[0][0], TD_TAP_NAME_MAX, "out.norm");
+        return 1;
+    }
+    long L;
+    const char *base = blk_base(name, &L);
+    if (!base) return 0;
+    for (size_t i = 0; i < sizeof producers / sizeof producers[0]; i++) {
+        if (strcmp(producers[i].base, base)) continue;
+        int n = 0;
+        for (int g = 0; g < 3 && producers[i].ops[g][0] && n < max_groups; g++, n++) {
+            memset(groups[n], 0, sizeof groups[n]);
+            for (int a = 0; a < 3 && producers[i].ops[g][a]; a++) {
+                const char *op = producers[i].ops[g][a];
+                if (!strcmp(op, "@prev")) {
+                    if (L == 0)
+                        snprintf(groups[n][a], TD_TAP_NAME_MAX, "inp.embd");
+                    else
+                        snprintf(groups[n][a], TD_TAP_NAME_MAX, "blk.%ld.out", L - 1);
+                } else {
+                    snprintf(groups[n][a], TD_TAP_NAME_MAX, "blk.%ld.%s", L, op);
+                }
+            }
+        }
+        return n;
+    }
+    return 0;
+}
+
+/* ---------------------------------------------------------------- arms */
+
+// One tap file and the taps of its currently loaded step.
+typedef struct arm {
+    td_tapfile *f;
+    const char *path;
+    int64_t step;       // loaded step, -1 = none
+    int present;        // the loaded step exists in this file
+    td_tap_info *taps;  // sorted by seq
+    int64_t n;
+    int64_t *by_name;   // indices into taps sorted by name
+} arm;
+
+static const td_tap_info *sort_base_;
+static int by_name_cmp(const void *x, const void *y) {
+    return strcmp(sort_base_[*(const int64_t *)x].name, sort_base_[*(const int64_t *)y].name);
+}
+
+static void arm_clear(arm *a) {
+    free(a->taps);
+    free(a->by_name);
+    a->taps = NULL;
+    a->by_name = NULL;
+    a->n = 0;
+    a->present = 0;
+    a->step = -1;
+}
+
+static int arm_load(arm *a, int64_t s, td_err *err) {
+    if (a->step == s) return TD_OK;
+    arm_clear(a);
+    a->step = s;
+    if (s >= td_tapfile_n_steps(a->f)) return TD_OK;
+    int st = td_tapfile_step_taps(a->f, s, &a->taps, &a->n, err);
+    if (st) return st;
+    a->present = 1;
+    a->by_name = td_xmalloc(sizeof *a->by_name * (size_t)(a->n ? a->n : 1));
+    for (int64_t i = 0; i < a->n; i++) a->by_name[i] = i;
+    sort_base_ = a->taps;
+    qsort(a->by_name, (size_t)a->n, sizeof *a->by_name, by_name_cmp);
+    return TD_OK;
+}
+
+// Index (in taps) of the tap called name in the loaded step, or -1.
+static int64_t arm_find(const arm *a, const char *name) {
+    int64_t lo = 0, hi = a->n - 1;
+    while (lo <= hi) {
+        int64_t mid = lo + (hi - lo) / 2;
+        int c = strcmp(a->taps[a->by_name[mid]].name, name);
+        if (c == 0) return a->by_name[mid];
+        if (c < 0)
+            lo = mid + 1;
+        else
+            hi = mid - 1;
+    }
+    return -1;
+}
+
+static int arm_open(arm *a, const char *path, td_err *err) {
+    memset(a, 0, sizeof *a);
+    a->step = -1;
+    a->path = path;
+    return td_tapfile_open(&a->f, path, err);
+}
+
+static void arm_close(arm *a) {
+    arm_clear(a);
+    td_tapfile_close(a->f);
+    a->f = NULL;
+}
+
+static char *attr_or_empty(const td_tapfile *f, const char *key) {
+    char *v = NULL;
+    td_err e;
+    if (td_tapfile_attr_str(f, key, &v, &e)) return td_xstrdup("");
+    return v;
+}
+
+/* ------------------------------------------------------------ context */
+
+typedef struct ctx {
+    const td_cmp_options *o;
+    td_cmp_result *r;
+    arm A, B, C1, C2;
+    arm *ca, *cb;  // control pair (ca may be &A); NULL without control
+    double *ba, *bb, *bca, *bcb;
+    uint64_t buf_n;
+    double *col_d2, *col_a2;
+    uint64_t col_n;
+    double *lg_margin, *lg_norm, *lg_kl; // per logits row
+    int64_t lg_n;
+    uint64_t *ulp_hist;
+    int ulp_top; // highest bin touched + 1
+    int64_t *res_of; // per B tap of the step: index in r->taps or -1
+    int64_t res_n;
+} ctx;
+
+static void ensure_bufs(ctx *c, uint64_t n) {
+    if (c->buf_n >= n) return;
+    c->ba = td_xrealloc(c->ba, sizeof(double) * (size_t)n);
+    c->bb = td_xrealloc(c->bb, sizeof(double) * (size_t)n);
+    c->bca = td_xrealloc(c->bca, sizeof(double) * (size_t)n);
+    c->bcb = td_xrealloc(c->bcb, sizeof(double) * (size_t)n);
+    c->buf_n = n;
+}
+
+static void ensure_cols(ctx *c, uint64_t n) {
+    if (c->col_n < n) {
+        c->col_d2 = td_xrealloc(c->col_d2, sizeof(double) * (size_t)n);
+        c->col_a2 = td_xrealloc(c->col_a2, sizeof(double) * (size_t)n);
+        c->col_n = n;
+    }
+    memset(c->col_d2, 0, sizeof *c->col_d2 * (size_t)n);
+    memset(c->col_a2, 0, sizeof *c->col_a2 * (size_t)n);
+}
+
+static void ensure_lg(ctx *c, int64_t n) {
+    if (c->lg_n >= n) return;
+    c->lg_margin = td_xrealloc(c->lg_margin, sizeof(double) * (size_t)n);
+    c->lg_norm = td_xrealloc(c->lg_norm, sizeof(double) * (size_t)n);
+    c->lg_kl = td_xrealloc(c->lg_kl, sizeof(double) * (size_t)n);
+    c->lg_n = n;
+}
+
+static double rel_l2(double d2, double a2, double b2) {
+    if (a2 > 0) return sqrt(d2 / a2);
+    return b2 > 0 ? 1.0 : 0.0;
+}
+
+// Keeps the TD_CMP_N_WHERE largest (by d2) entries, largest first.
+static void where_push(td_cmp_where *w, double *d2s, int64_t index, double d2, double err) {
+    int n = TD_CMP_N_WHERE;
+    if (!(d2 > d2s[n - 1])) return;
+    int i = n - 1;
+    while (i > 0 && d2 > d2s[i - 1]) {
+        d2s[i] = d2s[i - 1];
+        w[i] = w[i - 1];
+        i--;
+    }
+    d2s[i] = d2;
+    w[i].index = index;
+    w[i].err = err;
+}
+
+static void where_reset(td_cmp_where *w, double *d2s) {
+    for (int i = 0; i < TD_CMP_N_WHERE; i++) {
+        w[i].index = -1;
+        w[i].share = 0;
+        w[i].err = 0;
+        d2s[i] = 0;
+    }
+}
+
+static void where_share(td_cmp_where *w, const double *d2s, double total) {
+    for (int i = 0; i < TD_CMP_N_WHERE; i++)
+        if (w[i].index >= 0) w[i].share = total > 0 ? d2s[i] / total : 0;
+}
+
+static void ulp_add(ctx *c, double d) {
+    int bin;
+    if (d < ULP_EXACT - 0.5) {
+        bin = (int)(d + 0.5);
+    } else {
+        double q = floor(4.0 * log2(d / ULP_EXACT));
+        bin = ULP_EXACT + (q < 0 ? 0 : q > 4 * 2200 - 1 ? 4 * 2200 - 1 : (int)q);
+    }
+    c->ulp_hist[bin]++;
+    if (bin + 1 > c->ulp_top) c->ulp_top = bin + 1;
+}
+
+static double ulp_median(ctx *c, uint64_t n) {
+    if (!n) return NAN;
+    uint64_t half = (n + 1) / 2, acc = 0;
+    for (int b = 0; b < c->ulp_top; b++) {
+        acc += c->ulp_hist[b];
+        if (acc >= half) return b < ULP_EXACT ? (double)b : ULP_EXACT * exp2((b - ULP_EXACT) / 4.0);
+    }
+    return NAN;
+}
+
+// Same non-finite class: both NaN, or the same infinity.
+static int same_nonfinite(double a, double b) {
+    if (isnan(a) && isnan(b)) return 1;
+    return isinf(a) && isinf(b) && (a > 0) == (b > 0);
+}
+
+/* The fingerprint lower bound of ||b-a|| / ||a|| (compare.h). */
+static double fp_lower_bound(const td_fingerprint *a, const td_fingerprint *b) {
+    double na = sqrt(a->sum_sq), nb = sqrt(b->sum_sq);
+    uint64_t n = a->count - a->n_nonfinite;
+    if (!(na > 0)) {
+        int same = nb == 0 && a->sum == b->sum;
+        return same ? 0.0 : 1.0;
+    }
+    double lb = fabs(nb - na) / na;
+    if (n > 0) lb = fmax(lb, fabs(b->sum - a->sum) / (sqrt((double)n) * na));
+    if (isfinite(a->max) && isfinite(b->max)) lb = fmax(lb, fabs(b->max - a->max) / na);
+    if (isfinite(a->min) && isfinite(b->min)) lb = fmax(lb, fabs(b->min - a->min) / na);
+    for (int i = 0; i < 4 && (uint64_t)i < a->count; i++)
+        if (isfinite(a->first[i]) && isfinite(b->first[i])) lb = fmax(lb, fabs(b->first[i] - a->first[i]) / na);
+    return lb;
+}
+
+static int fp_int_equal(const td_fingerprint *a, const td_fingerprint *b) {
+    if (a->count != b->count || a->n_nonzero != b->n_nonzero || a->sum != b->sum || a->sum_sq != b->sum_sq ||
+        a->sum_abs != b->sum_abs)
+        return 0;
+    if (!(a->min == b->min || (isnan(a->min) && isnan(b->min)))) return 0;
+    if (!(a->max == b->max || (isnan(a->max) && isnan(b->max)))) return 0;
+    for (int i = 0; i < 4; i++)
+        if (!(a->first[i] == b->first[i] || (isnan(a->first[i]) && isnan(b->first[i])))) return 0;
+    return 1;
+}
+
+static void shape_str(char *buf, size_t n, const td_tap_info *t) {
+    size_t o = (size_t)snprintf(buf, n, "%s [", td_dtype_name(t->dtype) ? td_dtype_name(t->dtype) : "?");
+    for (int i = 0; i < t->ndim && o < n; i++)
+        o += (size_t)snprintf(buf + o, n - o, "%s%lld", i ? ", " : "", (long long)t->shape[i]);
+    if (o < n) snprintf(buf + o, n - o, "]");
+}
+
+static int same_shape(const td_tap_info *a, const td_tap_info *b) {
+    if (a->ndim != b->ndim || a->count != b->count) return 0;
+    for (int i = 0; i < a->ndim; i++)
+        if (a->shape[i] != b->shape[i]) return 0;
+    return td_dtype_is_int(a->dtype) == td_dtype_is_int(b->dtype);
+}
+
+static int refuse_shape(td_err *err, int64_t step, const char *pa, const td_tap_info *a, const char *pb,
+                        const td_tap_info *b) {
+    char sa[96], sb[96];
+    shape_str(sa, sizeof sa, a);
+    shape_str(sb, sizeof sb, b);
+    return td_err_set(err, TD_EINPUT, "tap %s at step %lld: %s has %s, %s has %s: incompatible shapes or dtypes",
+                      b->name, (long long)step, pa, sa, pb, sb);
+}
+
+/* --------------------------------------------------- one tap's metrics */
+
+// Reads rows [r0, r0+nr) (or the whole tap when ndim < 2) as doubles.
+static int read_block(const arm *a, int64_t step, const td_tap_info *t, int64_t r0, int64_t nr, uint64_t n,
+                      double *dst, td_err *err) {
+    if (t->ndim < 2) return td_tapfile_read_f64(a->f, step, t->name, dst, n, err);
+    return td_tapfile_read_rows_f64(a->f, step, t->name, r0, nr, dst, n, err);
+}
+
+// Top-k indices of x (n) by value, largest first, ties to the lower index;
+// non-finite values skipped. Returns how many were found.
+static int topk_idx(const double *x, int64_t n, int k, int64_t *idx) {
+    int m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        if (!isfinite(x[i])) continue;
+        if (m == k && !(x[i] > x[idx[m - 1]])) continue;
+        int j = m < k ? m++ : k - 1;
+        while (j > 0 && x[i] > x[idx[j - 1]]) {
+            idx[j] = idx[j - 1];
+            j--;
+        }
+        idx[j] = i;
+    }
+    return m;
+}
+
+// log(sum(exp(x))) over finite x.
+static double lse(const double *x, int64_t n) {
+    double m = -INFINITY;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i]) && x[i] > m) m = x[i];
+    if (!isfinite(m)) return NAN;
+    double s = 0;
+    for (int64_t i = 0; i < n; i++)
+        if (isfinite(x[i])) s += exp(x[i] - m);
+    return m + log(s);
+}
+
+// One logits row: top-1 margin (NaN if the argmaxes agree), ||a||, KL(pa||pb).
+static void logits_row(ctx *c, td_cmp_tap *t, const double *a, const double *b, int64_t V, int64_t row,
+                       double *topk_sum) {
+    int k = c->r->topk;
+    int64_t ia[TD_CMP_TOPK_MAX], ib[TD_CMP_TOPK_MAX];
+    int na = topk_idx(a, V, k, ia), nb = topk_idx(b, V, k, ib);
+    int common = 0;
+    for (int i = 0; i < na; i++)
+        for (int j = 0; j < nb; j++)
+            if (ia[i] == ib[j]) {
+                common++;
+                break;
+            }
+    double ov = k > 0 ? (double)common / (double)(k < V ? k : V) : 1.0;
+    *topk_sum += ov;
+    if (ov < t->lg_topk_min) t->lg_topk_min = ov;
+    double margin = NAN;
+    if (na && nb) {
+        if (ia[0] == ib[0])
+            t->lg_top1_agree++;
+        else
+            margin = a[ia[0]] - a[ib[0]];
+    }
+    double n2 = 0;
+    for (int64_t i = 0; i < V; i++)
+        if (isfinite(a[i])) n2 += a[i] * a[i];
+    double la = lse(a, V), lb = lse(b, V), kl = 0;
+    if (isnan(la) || isnan(lb)) {
+        kl = NAN;
+    } else {
+        for (int64_t i = 0; i < V; i++) {
+            if (!isfinite(a[i]) || !isfinite(b[i])) continue;
+            double lpa = a[i] - la, lpb = b[i] - lb;
+            kl += exp(lpa) * (lpa - lpb);
+        }
+        if (kl < 0) kl = 0; // rounding of an exact 0
+    }
+    c->lg_margin[row] = margin;
+    c->lg_norm[row] = sqrt(n2);
+    c->lg_kl[row] = kl;
+}
+
+static void tap_init(td_cmp_tap *t, const td_step_info *si, const td_tap_info *a, const td_tap_info *b) {
+    memset(t, 0, sizeof *t);
+    snprintf(t->name, sizeof t->name, "%s", b->name);
+    t->step = si->index;
+    t->kind = si->kind;
+    t->pos0 = si->pos0;
+    t->n_tokens = si->n_tokens;
+    t->seq = b->seq;
+    t->layer = b->layer;
+    t->dtype_a = a->dtype;
+    t->dtype_b = b->dtype;
+    t->ndim = b->ndim;
+    for (int i = 0; i < TD_TAP_MAX_DIMS; i++) t->shape[i] = b->shape[i];
+    t->count = b->count;
+    t->err_ctrl = NAN;
+    t->err_ctrl_used = NAN;
+    t->growth = NAN;
+    t->err_input = NAN;
+    t->max_abs = NAN;
+    t->cosine = NAN;
+    t->ulp_max = NAN;
+    t->ulp_median = NAN;
+    t->lg_worst_row = -1;
+    for (int i = 0; i < TD_CMP_N_WHERE; i++) t->rows[i].index = t->cols[i].index = -1;
+}
+
+static int cmp_integer(ctx *c, int64_t step, const td_tap_info *a, const td_tap_info *b, td_cmp_tap *t,
+                       td_err *err) {
+    t->method = TD_CMP_INTEGER;
+    if (!a->has_data || !b->has_data) {
+        int eq = fp_int_equal(&a->fp, &b->fp);
+        t->n_int_mismatch = eq ? 0 : 1;
+        t->err = eq ? 0 : NAN; // how many differ is unknown without data
+        if (!eq) {
+            t->first_mismatch = 0;
+            t->mis_a = a->fp.first[0];
+            t->mis_b = b->fp.first[0];
+        }
+        return TD_OK;
+    }
+    uint64_t n = b->count;
+    int64_t *va = td_xmalloc(sizeof *va * (size_t)(n ? n : 1)), *vb = td_xmalloc(sizeof *vb * (size_t)(n ? n : 1));
+    int st = td_tapfile_read_i64(c->A.f, step, a->name, va, n, err);
+    if (!st) st = td_tapfile_read_i64(c->B.f, step, b->name, vb, n, err);
+    if (!st) {
+        for (uint64_t i = 0; i < n; i++) {
+            if (va[i] == vb[i]) continue;
+            if (!t->n_int_mismatch) {
+                t->first_mismatch = i;
+                t->mis_a = (double)va[i];
+                t->mis_b = (double)vb[i];
+            }
+            t->n_int_mismatch++;
+        }
+        t->err = n ? (double)t->n_int_mismatch / (double)n : 0.0;
+    }
+    free(va);
+    free(vb);
+    return st;
+}
+
+// The control pair's error at this tap; ci/cj are the control taps (or NULL).
+static int ctrl_pair(ctx *c, int64_t step, const char *name, const td_tap_info *b, const td_tap_info **ci,
+                     const td_tap_info **cj, td_err *err) {
+    *ci = *cj = NULL;
+    if (!c->ca) return TD_OK;
+    int st = arm_load(c->ca, step, err);
+    if (!st) st = arm_load(c->cb, step, err);
+    if (st) return st;
+    if (!c->ca->present || !c->cb->present) return TD_OK;
+    int64_t i = arm_find(c->ca, name), j = arm_find(c->cb, name);
+    if (i < 0 || j < 0) return TD_OK;
+    const td_tap_info *x = &c->ca->taps[i], *y = &c->cb->taps[j];
+    if (!same_shape(x, b)) return refuse_shape(err, step, c->ca->path, x, c->B.path, b);
+    if (!same_shape(y, b)) return refuse_shape(err, step, c->cb->path, y, c->B.path, b);
+    *ci = x;
+    *cj = y;
+    return TD_OK;
+}
+
+static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_info *b, td_cmp_tap *t,
+                     td_err *err) {
+    const td_tap_info *ci, *cj;
+    int st = ctrl_pair(c, step, b->name, b, &ci, &cj, err);
+    if (st) return st;
+    int ctrl_data = ci && ci->has_data && cj->has_data;
+    if (ci && !ctrl_data) {
+        t->ctrl = TD_CTRL_FINGERPRINT;
+        t->err_ctrl = fp_lower_bound(&ci->fp, &cj->fp);
+    }
+
+    if (!a->has_data || !b->has_data) {
+        t->method = TD_CMP_FINGERPRINT;
+        t->err = fp_lower_bound(&a->fp, &b->fp);
+        if (a->fp.n_nonfinite != b->fp.n_nonfinite) {
+            uint64_t x = a->fp.n_nonfinite, y = b->fp.n_nonfinite;
+            t->n_nonfinite_mismatch = x > y ? x - y : y - x;
+        }
+        // A data control is still streamed below (only the control pair).
+        if (!ctrl_data) return TD_OK;
+    } else {
+        t->method = TD_CMP_DATA;
+    }
+
+    uint64_t count = b->count;
+    int64_t rows = b->ndim >= 2 ? b->shape[0] : 1;
+    uint64_t cols = rows > 0 ? count / (uint64_t)rows : 0;
+    if (count == 0) {
+        t->err = 0;
+        if (ctrl_data) t->ctrl = TD_CTRL_DATA, t->err_ctrl = 0;
+        return TD_OK;
+    }
+    int data = t->method == TD_CMP_DATA;
+    int64_t block = b->ndim >= 2 ? (int64_t)(BLOCK_ELEMS / cols) : 1;
+    if (block < 1) block = 1;
+    ensure_bufs(c, (uint64_t)block * cols);
+    if (data) ensure_cols(c, cols);
+    int logits = data && !strcmp(b->name, "out.logits") && b->ndim == 2;
+    if (logits) {
+        ensure_lg(c, rows);
+        t->is_logits = 1;
+        t->lg_rows = rows;
+        t->lg_topk_min = 1.0;
+    }
+    memset(c->ulp_hist, 0, sizeof *c->ulp_hist * (size_t)c->ulp_top);
+    c->ulp_top = 0;
+
+    double d2 = 0, a2 = 0, b2 = 0, ab = 0, cd2 = 0, cx2 = 0, cy2 = 0, topk_sum = 0;
+    double row_d2s[TD_CMP_N_WHERE];
+    where_reset(t->rows, row_d2s);
+    uint64_t n_ulp = 0;
+    int have_max = 0;
+    t->ulp_max = 0;
+    int ctrl_alias_a = c->ca == &c->A;
+    for (int64_t r0 = 0; r0 < rows; r0 += block) {
+        int64_t nr = rows - r0 < block ? rows - r0 : block;
+        uint64_t n = (uint64_t)nr * cols;
+        if (data || ctrl_alias_a) {
+            if ((st = read_block(&c->A, step, a, r0, nr, n, c->ba, err))) return st;
+        }
+        if (data && (st = read_block(&c->B, step, b, r0, nr, n, c->bb, err))) return st;
+        if (ctrl_data) {
+            if (!ctrl_alias_a && (st = read_block(c->ca, step, ci, r0, nr, n, c->bca, err))) return st;
+            if ((st = read_block(c->cb, step, cj, r0, nr, n, c->bcb, err))) return st;
+            const double *x = ctrl_alias_a ? c->ba : c->bca, *y = c->bcb;
+            for (uint64_t i = 0; i < n; i++) {
+                if (!isfinite(x[i]) || !isfinite(y[i])) continue;
+                double d = y[i] - x[i];
+                cd2 += d * d;
+                cx2 += x[i] * x[i];
+                cy2 += y[i] * y[i];
+            }
+        }
+        if (!data) continue;
+        for (int64_t r = 0; r < nr; r++) {
+            const double *ar = c->ba + (uint64_t)r * cols, *br = c->bb + (uint64_t)r * cols;
+            double rd2 = 0, ra2 = 0;
+            for (uint64_t j = 0; j < cols; j++) {
+                double x = ar[j], y = br[j];
+                if (!isfinite(x) || !isfinite(y)) {
+                    if (!isfinite(x) && !isfinite(y) && same_nonfinite(x, y)) continue;
+                    if (!t->n_nonfinite_mismatch) {
+                        t->first_mismatch = (uint64_t)(r0 + r) * cols + j;
+                        t->mis_a = x;
+                        t->mis_b = y;
+                    }
+                    t->n_nonfinite_mismatch++;
+                    continue;
+                }
+                double d = y - x, dd = d * d;
+                d2 += dd;
+                a2 += x * x;
+                b2 += y * y;
+                ab += x * y;
+                rd2 += dd;
+                ra2 += x * x;
+                c->col_d2[j] += dd;
+                c->col_a2[j] += x * x;
+                double ad = fabs(d);
+                if (!have_max || ad > t->max_abs) {
+                    t->max_abs = ad;
+                    t->max_index = (uint64_t)(r0 + r) * cols + j;
+                    have_max = 1;
+                }
+                double u = ad / td_cmp_ulp(x, b->dtype);
+                if (u > t->ulp_max) t->ulp_max = u;
+                ulp_add(c, u);
+                n_ulp++;
+            }
+            where_push(t->rows, row_d2s, r0 + r, rd2, rel_l2(rd2, ra2, rd2 > 0 ? 1 : 0));
+            if (logits) logits_row(c, t, ar, br, (int64_t)cols, r0 + r, &topk_sum);
+        }
+    }
+    if (ctrl_data) {
+        t->ctrl = TD_CTRL_DATA;
+        t->err_ctrl = rel_l2(cd2, cx2, cy2);
+    }
+    if (!data) return TD_OK;
+
+    t->err = rel_l2(d2, a2, b2);
+    if (!have_max) t->max_abs = 0;
+    t->cosine = a2 > 0 && b2 > 0 ? ab / sqrt(a2 * b2) : (a2 == 0 && b2 == 0 ? 1.0 : 0.0);
+    if (!n_ulp) t->ulp_max = NAN;
+    t->ulp_median = ulp_median(c, n_ulp);
+    where_share(t->rows, row_d2s, d2);
+    if (rows <= 1 && b->ndim < 2) where_reset(t->rows, row_d2s); // no positions in a 1-D tap
+    double col_d2s[TD_CMP_N_WHERE];
+    where_reset(t->cols, col_d2s);
+    for (uint64_t j = 0; j < cols; j++)
+        where_push(t->cols, col_d2s, (int64_t)j, c->col_d2[j], rel_l2(c->col_d2[j], c->col_a2[j], c->col_d2[j]));
+    where_share(t->cols, col_d2s, d2);
+    if (logits) t->lg_topk_mean = rows ? topk_sum / (double)rows : 1.0;
+    return TD_OK;
+}
+
+// Applies the budget (and the logits row checks) once err and err_ctrl are
+// known. Priority of the failure kinds: non-finite, budget, top-1, KL.
+static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
+    if (t->method == TD_CMP_INTEGER) {
+        t->fail = t->n_int_mismatch ? TD_CMPF_INTEGER : TD_CMPF_OK;
+        t->ratio = t->n_int_mismatch ? INFINITY : 0.0;
+        return;
+    }
+    double fl = c->r->floor_override > 0 ? c->r->floor_override : td_cmp_floor(t->dtype_b);
+    if (t->method == TD_CMP_FINGERPRINT && t->ctrl != TD_CTRL_DATA && fl < TD_CMP_FP_FLOOR) fl = TD_CMP_FP_FLOOR;
+    t->floor = fl;
+    // A tap of few values: its own control error is one noisy draw; the
+    // control error its input carried (measured over more values) counts too.
+    t->err_ctrl_used = t->ctrl != TD_CTRL_NONE ? t->err_ctrl : NAN;
+    if (t->count < TD_CMP_SMALL_TAP && in && !isnan(in->err_ctrl_used) &&
+        (isnan(t->err_ctrl_used) || in->err_ctrl_used > t->err_ctrl_used))
+        t->err_ctrl_used = in->err_ctrl_used;
+    double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
+    t->budget = kc > fl ? kc : fl;
+    t->ratio = t->budget > 0 ? t->err / t->budget : (t->err > 0 ? INFINITY : 0.0);
+    if (t->is_logits) {
+        double kl_sum = 0;
+        int64_t kl_n = 0;
+        t->lg_kl_max = 0;
+        for (int64_t r = 0; r < t->lg_rows; r++) {
+            double nrm = c->lg_norm[r], m = c->lg_margin[r], kl = c->lg_kl[r];
+            if (!isnan(m) && m > 2.0 * t->budget * nrm) t->lg_top1_unexplained++;
+            if (isnan(kl)) continue;
+            kl_sum += kl;
+            kl_n++;
+            if (kl >= t->lg_kl_max) {
+                t->lg_kl_max = kl;
+                t->lg_worst_row = r;
+            }
+            double kb = t->budget * nrm;
+            if (kl > kb * kb) t->lg_kl_over++;
+        }
+        t->lg_kl_mean = kl_n ? kl_sum / (double)kl_n : NAN;
+    }
+    if (t->n_nonfinite_mismatch)
+        t->fail = TD_CMPF_NONFINITE;
+    else if (!(t->ratio <= 1.0))
+        t->fail = TD_CMPF_BUDGET;
+    else if (t->lg_top1_unexplained)
+        t->fail = TD_CMPF_TOP1;
+    else if (t->lg_kl_over)
+        t->fail = TD_CMPF_KL;
+}
+
+/* ----------------------------------------------------------- growth */
+
+static const td_cmp_tap *step_result(ctx *c, int64_t step_first, const char *name) {
+    int64_t i = arm_find(&c->B, name);
+    if (i < 0 || c->res_of[i] < step_first) return NULL;
+    return &c->r->taps[c->res_of[i]];
+}
+
+// Finds t's input (producer map, else the previous float tap) and sets
+// t->input, err_input and growth; returns the input's record or NULL.
+static const td_cmp_tap *growth(ctx *c, int64_t step_first, td_cmp_tap *t) {
+    if (t->method == TD_CMP_INTEGER) return NULL; // exact or not: no error to amplify
+    char groups[3][3][TD_TAP_NAME_MAX];
+    int last_out;
+    int ng = td_cmp_inputs(t->name, groups, 3, &last_out);
+    const td_cmp_tap *best = NULL;
+    for (int g = 0; g < ng; g++) {
+        for (int a = 0; a < 3 && groups[g][a][0]; a++) {
+            const td_cmp_tap *in = step_result(c, step_first, groups[g][a]);
+            if (!in || in->method == TD_CMP_INTEGER || in->seq >= t->seq) continue;
+            if (!best || in->err > best->err) best = in;
+            break;
+        }
+    }
+    int64_t self = t - c->r->taps;
+    if (!best && last_out) {
+        for (int64_t i = self - 1; i >= step_first; i--) {
+            long L;
+            const char *base = blk_base(c->r->taps[i].name, &L);
+            if (base && !strcmp(base, "out")) {
+                best = &c->r->taps[i];
+                break;
+            }
+        }
+    }
+    if (!best && !last_out && strcmp(t->name, "inp.embd")) {
+        for (int64_t i = self - 1; i >= step_first; i--)
+            if (c->r->taps[i].method != TD_CMP_INTEGER) {
+                best = &c->r->taps[i];
+                break;
+            }
+    }
+    if (!best) return NULL;
+    snprintf(t->input, sizeof t->input, "%s", best->name);
+    t->err_input = best->err;
+    if (isnan(best->err) || isnan(t->err)) return best;
+    if (best->err > 0)
+        t->growth = t->err / best->err;
+    else
+        t->growth = t->err > 0 ? INFINITY : 1.0;
+    return best;
+}
+
+/* ------------------------------------------------------------ driver */
+
+static void add_note(td_cmp_result *r, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 2, 3)))
+#endif
+    ;
+static void add_note(td_cmp_result *r, const char *fmt, ...) {
+    if (r->n_notes >= (int)(sizeof r->notes / sizeof r->notes[0])) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->notes[r->n_notes++], sizeof r->notes[0], fmt, ap);
+    va_end(ap);
+}
+
+static void note_missing(td_cmp_result *r, const char *which, int64_t step, const char *name) {
+    if (r->missing_example[0]) return;
+    snprintf(r->missing_example, sizeof r->missing_example, "%s at step %lld is only in %s", name, (long long)step,
+             which);
+}
+
+static td_cmp_tap *push_tap(td_cmp_result *r, int64_t *cap) {
+    if (r->n_taps == *cap) {
+        *cap = *cap ? 2 * *cap : 256;
+        r->taps = td_xrealloc(r->taps, sizeof *r->taps * (size_t)*cap);
+    }
+    return &r->taps[r->n_taps++];
+}
+
+// Compares the inp.tokens of x and y at `step` (both loaded). Returns TD_OK
+// with *differs = 0/1 (and the first differing index and values), or an
+// error. Taps absent, without data or of other shapes count as "cannot say"
+// (*differs = 0; shapes are refused elsewhere).
+static int tokens_differ(const arm *x, const arm *y, int64_t step, int *differs, uint64_t *at, int64_t *vx,
+                         int64_t *vy, td_err *err) {
+    *differs = 0;
+    int64_t i = arm_find(x, "inp.tokens"), j = arm_find(y, "inp.tokens");
+    if (i < 0 || j < 0) return TD_OK;
+    const td_tap_info *a = &x->taps[i], *b = &y->taps[j];
+    if (!a->has_data || !b->has_data || !td_dtype_is_int(a->dtype) || !td_dtype_is_int(b->dtype) ||
+        !same_shape(a, b))
+        return TD_OK;
+    uint64_t n = a->count;
+    int64_t *va = td_xmalloc(sizeof *va * (size_t)(n ? n : 1)), *vb = td_xmalloc(sizeof *vb * (size_t)(n ? n : 1));
+    int st = td_tapfile_read_i64(x->f, step, "inp.tokens", va, n, err);
+    if (!st) st = td_tapfile_read_i64(y->f, step, "inp.tokens", vb, n, err);
+    for (uint64_t k = 0; !st && k < n; k++)
+        if (va[k] != vb[k]) {
+            *differs = 1;
+            *at = k;
+            *vx = va[k];
+            *vy = vb[k];
+            break;
+        }
+    free(va);
+    free(vb);
+    return st;
+}
+
+static int check_tokens(ctx *c, int64_t step, td_err *err) {
+    int differs;
+    uint64_t k;
+    int64_t va, vb;
+    int st = TD_OK;
+    if (!c->o->allow_token_mismatch && !(st = tokens_differ(&c->A, &c->B, step, &differs, &k, &va, &vb, err)) &&
+        differs)
+        return td_err_set(err, TD_EINPUT,
+                          "inp.tokens differ at step %lld, index %llu: %s consumed %lld, %s consumed %lld (the arms "
+                          "answered different questions; run them pinned to the same tokens, or pass "
+                          "--allow-token-mismatch)",
+                          (long long)step, (unsigned long long)k, c->A.path, (long long)va, c->B.path, (long long)vb);
+    if (st || !c->ca) return st;
+    // The control measures noise on the SAME question as A: its steps and
+    // tokens must be A's, whatever --allow-token-mismatch says.
+    arm *ctl[2] = {c->ca != &c->A ? c->ca : NULL, c->cb};
+    td_step_info sa, sx;
+    if ((st = td_tapfile_step(c->A.f, step, &sa, err))) return st;
+    for (int i = 0; i < 2; i++) {
+        arm *x = ctl[i];
+        if (!x || step >= td_tapfile_n_steps(x->f)) continue;
+        if ((st = td_tapfile_step(x->f, step, &sx, err)) || (st = arm_load(x, step, err))) return st;
+        if (sx.kind != sa.kind || sx.pos0 != sa.pos0 || sx.n_tokens != sa.n_tokens)
+            return td_err_set(err, TD_EINPUT,
+                              "control %s: step %lld is a %s step at pos %lld with %lld tokens, A's a %s step at pos "
+                              "%lld with %lld tokens (run the control pinned to A's tokens)",
+                              x->path, (long long)step, sx.kind == TD_STEP_PREFILL ? "prefill" : "decode",
+                              (long long)sx.pos0, (long long)sx.n_tokens,
+                              sa.kind == TD_STEP_PREFILL ? "prefill" : "decode", (long long)sa.pos0,
+                              (long long)sa.n_tokens);
+        if ((st = tokens_differ(&c->A, x, step, &differs, &k, &va, &vb, err))) return st;
+        if (differs)
+            return td_err_set(err, TD_EINPUT,
+                              "control %s consumed other tokens than A at step %lld, index %llu (%lld vs %lld): a "
+                              "control must answer A's question (run it pinned to A's tokens)",
+                              x->path, (long long)step, (unsigned long long)k, (long long)vb, (long long)va);
+    }
+    return TD_OK;
+}
+
+static int compare_step(ctx *c, int64_t s, int64_t *cap, td_err *err) {
+    td_cmp_result *r = c->r;
+    td_step_info sa, sb;
+    int st = td_tapfile_step(c->A.f, s, &sa, err);
+    if (!st) st = td_tapfile_step(c->B.f, s, &sb, err);
+    if (st) return st;
+    if (sa.kind != sb.kind || sa.pos0 != sb.pos0 || sa.n_tokens != sb.n_tokens)
+        return td_err_set(err, TD_EINPUT,
+                          "step %lld differs: %s has a %s step at pos %lld with %lld tokens, %s a %s step at pos "
+                          "%lld with %lld tokens",
+                          (long long)s, c->A.path, sa.kind == TD_STEP_PREFILL ? "prefill" : "decode",
+                          (long long)sa.pos0, (long long)sa.n_tokens, c->B.path,
+                          sb.kind == TD_STEP_PREFILL ? "prefill" : "decode", (long long)sb.pos0,
+                          (long long)sb.n_tokens);
+    if ((st = arm_load(&c->A, s, err)) || (st = arm_load(&c->B, s, err))) return st;
+    if ((st = check_tokens(c, s, err))) return st;
+
+    c->res_of = td_xrealloc(c->res_of, sizeof *c->res_of * (size_t)(c->B.n ? c->B.n : 1));
+    unsigned char *seen = td_xcalloc((size_t)(c->A.n ? c->A.n : 1), 1);
+    int64_t step_first = r->n_taps;
+    for (int64_t j = 0; j < c->B.n; j++) c->res_of[j] = -1;
+    for (int64_t j = 0; j < c->B.n; j++) {
+        const td_tap_info *b = &c->B.taps[j];
+        int64_t i = arm_find(&c->A, b->name);
+        if (i >= 0) seen[i] = 1;
+        if (!td_cmp_filter_match(r->filter, b->name)) {
+            r->n_filtered++;
+            continue;
+        }
+        if (i < 0) {
+            r->n_missing_in_a++;
+            note_missing(r, "B", s, b->name);
+            continue;
+        }
+        const td_tap_info *a = &c->A.taps[i];
+        if (!same_shape(a, b)) {
+            st = refuse_shape(err, s, c->A.path, a, c->B.path, b);
+            break;
+        }
+        int64_t idx = r->n_taps;
+        td_cmp_tap *t = push_tap(r, cap);
+        tap_init(t, &sb, a, b);
+        if (td_dtype_is_int(b->dtype))
+            st = cmp_integer(c, s, a, b, t, err);
+        else
+            st = cmp_float(c, s, a, b, t, err);
+        if (st) break;
+        const td_cmp_tap *in = growth(c, step_first, t);
+        judge(c, t, in);
+        c->res_of[j] = idx;
+        if (t->method == TD_CMP_DATA) r->n_data++;
+        if (t->method == TD_CMP_FINGERPRINT) r->n_fingerprint++;
+        if (t->method == TD_CMP_INTEGER) r->n_integer++;
+        if (t->method != TD_CMP_INTEGER && t->ctrl == TD_CTRL_NONE) r->n_no_ctrl++;
+        if (t->fail != TD_CMPF_OK) {
+            if (r->first < 0) r->first = idx;
+            r->n_divergent++;
+        }
+    }
+    for (int64_t i = 0; !st && i < c->A.n; i++) {
+        if (seen[i]) continue;
+        if (!td_cmp_filter_match(r->filter, c->A.taps[i].name)) {
+            r->n_filtered++;
+            continue;
+        }
+        r->n_missing_in_b++;
+        note_missing(r, "A", s, c->A.taps[i].name);
+    }
+    free(seen);
+    return st;
+}
+
+// Every tap of step s of `a` that the filter keeps counts as missing from the other arm.
+static int count_extra(ctx *c, arm *a, int64_t s, int64_t *counter, const char *which, td_err *err) {
+    int st = arm_load(a, s, err);
+    if (st) return st;
+    for (int64_t i = 0; i < a->n; i++) {
+        if (!td_cmp_filter_match(c->r->filter, a->taps[i].name)) {
+            c->r->n_filtered++;
+            continue;
+        }
+        (*counter)++;
+        note_missing(c->r, which, s, a->taps[i].name);
+    }
+    return TD_OK;
+}
+
+static int dvp_cmp(const void *x, const void *y) {
+    const td_cmp_dvp *a = x, *b = y;
+    if (a->ratio > b->ratio) return -1;
+    if (a->ratio < b->ratio) return 1;
+    return strcmp(a->name, b->name);
+}
+
+static const td_cmp_tap *name_base_;
+static int tap_name_cmp(const void *x, const void *y) {
+    int64_t i = *(const int64_t *)x, j = *(const int64_t *)y;
+    int c = strcmp(name_base_[i].name, name_base_[j].name);
+    return c ? c : (i < j ? -1 : i > j);
+}
+
+static void decode_vs_prefill(td_cmp_result *r) {
+    int64_t n = 0;
+    int64_t *ix = td_xmalloc(sizeof *ix * (size_t)(r->n_taps ? r->n_taps : 1));
+    for (int64_t i = 0; i < r->n_taps; i++)
+        if (r->taps[i].method != TD_CMP_INTEGER && !isnan(r->taps[i].err)) ix[n++] = i;
+    name_base_ = r->taps;
+    qsort(ix, (size_t)n, sizeof *ix, tap_name_cmp);
+    r->dvp = td_xmalloc(sizeof *r->dvp * (size_t)(n ? n : 1));
+    for (int64_t i = 0; i < n;) {
+        int64_t j = i;
+        double pre = -1, dec = -1;
+        int64_t dstep = -1;
+        for (; j < n && !strcmp(r->taps[ix[j]].name, r->taps[ix[i]].name); j++) {
+            const td_cmp_tap *t = &r->taps[ix[j]];
+            if (t->kind == TD_STEP_PREFILL) {
+                if (t->err > pre) pre = t->err;
+            } else if (t->err > dec) {
+                dec = t->err;
+                dstep = t->step;
+            }
+        }
+        if (pre >= 0 && dec >= 0) {
+            td_cmp_dvp *d = &r->dvp[r->n_dvp++];
+            snprintf(d->name, sizeof d->name, "%s", r->taps[ix[i]].name);
+            d->prefill_err = pre;
+            d->decode_err = dec;
+            d->decode_step = dstep;
+            d->ratio = pre > 0 ? dec / pre : (dec > 0 ? INFINITY : 1.0);
+        }
+        i = j;
+    }
+    qsort(r->dvp, (size_t)r->n_dvp, sizeof *r->dvp, dvp_cmp);
+    free(ix);
+}
+
+static void set_verdict(ctx *c) {
+    td_cmp_result *r = c->r;
+    int64_t missing = r->n_missing_in_a + r->n_missing_in_b;
+    char miss[480] = "";
+    if (missing)
+        snprintf(miss, sizeof miss,
+                 "not everything was compared: %lld taps of B are missing in A and %lld taps of A are missing in B "
+                 "(%s)",
+                 (long long)r->n_missing_in_a, (long long)r->n_missing_in_b, r->missing_example);
+    if (r->n_taps == 0) {
+        r->verdict = TD_DIVERGENT;
+        if (r->n_filtered && r->filter[0])
+            snprintf(r->reason, sizeof r->reason,
+                     "nothing was compared: the filter '%s' matched no tap present in both files", r->filter);
+        else if (r->n_steps_a == 0 || r->n_steps_b == 0)
+            snprintf(r->reason, sizeof r->reason, "nothing was compared: %s has no complete step",
+                     r->n_steps_a == 0 ? "A" : "B");
+        else
+            snprintf(r->reason, sizeof r->reason, "nothing was compared: A and B have no tap in common (%s)",
+                     r->missing_example[0] ? r->missing_example : "no taps");
+        return;
+    }
+    if (r->first >= 0) {
+        const td_cmp_tap *t = &r->taps[r->first];
+        r->verdict = TD_DIVERGENT;
+        snprintf(r->reason, sizeof r->reason, "first divergent tap: %s at step %lld (%s), %s", t->name,
+                 (long long)t->step, t->kind == TD_STEP_PREFILL ? "prefill" : "decode", td_cmp_fail_name(t->fail));
+        if (missing) add_note(r, "%s", miss);
+        return;
+    }
+    if (missing) {
+        r->verdict = TD_DIVERGENT;
+        snprintf(r->reason, sizeof r->reason, "%s", miss);
+        return;
+    }
+    r->verdict = TD_OK;
+    snprintf(r->reason, sizeof r->reason, "all %lld compared taps are within budget", (long long)r->n_taps);
+}
+
+td_cmp_options td_cmp_options_default(void) {
+    td_cmp_options o;
+    memset(&o, 0, sizeof o);
+    o.k = TD_CMP_K_DEFAULT;
+    o.topk = TD_CMP_TOPK_DEFAULT;
+    return o;
+}
+
+void td_cmp_result_free(td_cmp_result *r) {
+    if (!r) return;
+    free(r->filter);
+    free(r->floor_note);
+    free(r->path_a);
+    free(r->path_b);
+    free(r->path_ctrl_a);
+    free(r->path_ctrl_b);
+    free(r->backend_a);
+    free(r->backend_b);
+    free(r->backend_ctrl_a);
+    free(r->backend_ctrl_b);
+    free(r->precision_a);
+    free(r->precision_b);
+    free(r->model);
+    free(r->model_sha256);
+    free(r->taps);
+    free(r->dvp);
+    free(r);
+}
+
+// model_sha256 of every arm must agree where present.
+static int check_models(ctx *c, td_err *err) {
+    arm *arms[4] = {&c->A, &c->B, c->ca && c->ca != &c->A ? c->ca : NULL, c->cb};
+    char *sha[4] = {0};
+    int st = TD_OK;
+    const char *ref = NULL, *ref_path = NULL;
+    for (int i = 0; i < 4; i++) {
+        if (!arms[i]) continue;
+        sha[i] = attr_or_empty(arms[i]->f, "model_sha256");
+        if (!sha[i][0]) continue;
+        if (!ref) {
+            ref = sha[i];
+            ref_path = arms[i]->path;
+        } else if (strcmp(ref, sha[i]) && !st) {
+            st = td_err_set(err, TD_EINPUT,
+                            "different models: %s has model_sha256 %s, %s has model_sha256 %s (compare arms of the "
+                            "same model file)",
+                            ref_path, ref, arms[i]->path, sha[i]);
+        }
+    }
+    for (int i = 0; i < 4; i++) free(sha[i]);
+    return st;
+}
+
+int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt, td_cmp_result **out,
+               td_err *err) {
+    *out = NULL;
+    td_cmp_options o = opt ? *opt : td_cmp_options_default();
+    if (o.k <= 0) o.k = TD_CMP_K_DEFAULT;
+    if (o.topk <= 0) o.topk = TD_CMP_TOPK_DEFAULT;
+    if (o.topk > TD_CMP_TOPK_MAX) o.topk = TD_CMP_TOPK_MAX;
+    if ((o.control_a != NULL) != (o.control_b != NULL))
+        return td_err_set(err, TD_EUSAGE, "a control pair needs both control_a and control_b");
+    if (o.control && o.control_a)
+        return td_err_set(err, TD_EUSAGE, "give either one control file or a control pair, not both");
+
+    ctx c;
+    memset(&c, 0, sizeof c);
+    c.o = &o;
+    c.A.step = c.B.step = c.C1.step = c.C2.step = -1;
+    td_cmp_result *r = td_xcalloc(1, sizeof *r);
+    c.r = r;
+    r->k = o.k;
+    r->topk = o.topk;
+    r->filter = td_xstrdup(o.filter ? o.filter : "");
+    r->floor_note = td_xstrdup(o.floor_note ? o.floor_note : "");
+    r->floor_override = o.floor > 0 ? o.floor : 0;
+    r->allow_token_mismatch = o.allow_token_mismatch;
+    r->first = -1;
+    r->path_a = td_xstrdup(path_a);
+    r->path_b = td_xstrdup(path_b);
+
+    int st = arm_open(&c.A, path_a, err);
+    if (!st) st = arm_open(&c.B, path_b, err);
+    if (!st && o.control) {
+        st = arm_open(&c.C2, o.control, err);
+        c.ca = &c.A;
+        c.cb = &c.C2;
+    } else if (!st && o.control_a) {
+        st = arm_open(&c.C1, o.control_a, err);
+        if (!st) st = arm_open(&c.C2, o.control_b, err);
+        c.ca = &c.C1;
+        c.cb = &c.C2;
+    }
+    if (!st) st = check_models(&c, err);
+    if (st) goto fail;
+
+    r->has_control = c.ca != NULL;
+    r->backend_a = attr_or_empty(c.A.f, "backend");
+    r->backend_b = attr_or_empty(c.B.f, "backend");
+    r->precision_a = attr_or_empty(c.A.f, "precision");
+    r->precision_b = attr_or_empty(c.B.f, "precision");
+    r->model = attr_or_empty(c.A.f, "model");
+    r->model_sha256 = attr_or_empty(c.A.f, "model_sha256");
+    if (!r->model_sha256[0]) {
+        free(r->model_sha256);
+        r->model_sha256 = attr_or_empty(c.B.f, "model_sha256");
+    }
+    if (c.ca) {
+        r->path_ctrl_a = td_xstrdup(c.ca->path);
+        r->path_ctrl_b = td_xstrdup(c.cb->path);
+        r->backend_ctrl_a = attr_or_empty(c.ca->f, "backend");
+        r->backend_ctrl_b = attr_or_empty(c.cb->f, "backend");
+    }
+    r->n_steps_a = td_tapfile_n_steps(c.A.f);
+    r->n_steps_b = td_tapfile_n_steps(c.B.f);
+    c.ulp_hist = td_xcalloc(ULP_BINS, sizeof *c.ulp_hist);
+
+    int64_t cap = 0, common = r->n_steps_a < r->n_steps_b ? r->n_steps_a : r->n_steps_b;
+    for (int64_t s = 0; !st && s < common; s++) st = compare_step(&c, s, &cap, err);
+    for (int64_t s = common; !st && s < r->n_steps_b; s++)
+        st = count_extra(&c, &c.B, s, &r->n_missing_in_a, "B", err);
+    for (int64_t s = common; !st && s < r->n_steps_a; s++)
+        st = count_extra(&c, &c.A, s, &r->n_missing_in_b, "A", err);
+    if (st) goto fail;
+
+    decode_vs_prefill(r);
+    set_verdict(&c);
+    const char *why_floor = r->floor_note[0] ? r->floor_note : "set by option";
+    if (!r->has_control && r->floor_override > 0)
+        add_note(r, "no control arm: the budget is the floor only, %.3g (%s)", r->floor_override, why_floor);
+    else if (!r->has_control)
+        add_note(r, "no control arm: the budget is the floor only (f64 %.3g, f32 %.3g, f16 %.3g, bf16 %.3g)",
+                 td_cmp_floor(TD_DT_F64), td_cmp_floor(TD_DT_F32), td_cmp_floor(TD_DT_F16), td_cmp_floor(TD_DT_BF16));
+    else if (r->floor_override > 0)
+        add_note(r, "floor replaced by %.3g: %s", r->floor_override, why_floor);
+    if (r->has_control && r->n_no_ctrl)
+        add_note(r, "%lld taps are missing in the control arm: their budget is the floor only",
+                 (long long)r->n_no_ctrl);
+    if (r->n_fingerprint)
+        add_note(r,
+                 "%lld taps were compared by fingerprint only (has_data = 0): data not compared; their error is a "
+                 "lower bound",
+                 (long long)r->n_fingerprint);
+    if (r->n_filtered) add_note(r, "%lld taps excluded by the filter '%s'", (long long)r->n_filtered, r->filter);
+    const char *na = td_tapfile_note(c.A.f), *nb = td_tapfile_note(c.B.f);
+    if (na && na[0]) add_note(r, "A: %s", na);
+    if (nb && nb[0]) add_note(r, "B: %s", nb);
+
+fail:
+    arm_close(&c.A);
+    arm_close(&c.B);
+    arm_close(&c.C1);
+    arm_close(&c.C2);
+    free(c.ba);
+    free(c.bb);
+    free(c.bca);
+    free(c.bcb);
+    free(c.col_d2);
+    free(c.col_a2);
+    free(c.lg_margin);
+    free(c.lg_norm);
+    free(c.lg_kl);
+    free(c.ulp_hist);
+    free(c.res_of);
+    if (st) {
+        td_cmp_result_free(r);
+        return st;
+    }
+    *out = r;
+    return TD_OK;
+}

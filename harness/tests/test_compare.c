@@ -1,0 +1,781 @@
+/* Tests of harness/compare.{h,c} and `tapdiff compare`: the metrics against
+ * hand-worked numbers and the spec formulas computed here, the budget and
+ * its floor, localization of a planted perturbation (and only that one),
+ * integer and non-finite mismatches, the refusals (exit 3) and the
+ * no-vacuous-pass rules (exit 1). Tap files are written with the tap writer;
+ * "model-like" arms come from tapgen.h. */
+#include <criterion/criterion.h>
+#include <criterion/parameterized.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "compare.h"
+#include "tapgen.h"
+
+static char dir[256];
+static int pool_n;
+
+static void mkdir_tmp(void) {
+    snprintf(dir, sizeof dir, "/tmp/td_cmp_XXXXXX");
+    cr_assert_not_null(mkdtemp(dir));
+    pool_n = 0;
+}
+
+static void rm_tmp(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
+    if (system(cmd)) {
+    }
+}
+
+/* DIR/name; each call returns its own buffer for the rest of the test (a
+ * path kept in an options struct must not be overwritten by a later call). */
+static char pool[512][320];
+static const char *P(const char *name) {
+    TD_ASSERT(pool_n < 512);
+    char *b = pool[pool_n++];
+    snprintf(b, 320, "%s/%s", dir, name);
+    return b;
+}
+
+static td_cmp_result *cmp(const char *a, const char *b, const td_cmp_options *o) {
+    td_cmp_result *r = NULL;
+    td_err e = {{0}};
+    int st = td_compare(a, b, o, &r, &e);
+    cr_assert_eq(st, TD_OK, "td_compare refused: %s", e.msg);
+    return r;
+}
+
+static const td_cmp_tap *find(const td_cmp_result *r, int64_t step, const char *name) {
+    for (int64_t i = 0; i < r->n_taps; i++)
+        if (r->taps[i].step == step && !strcmp(r->taps[i].name, name)) return &r->taps[i];
+    cr_assert(0, "tap %s at step %lld not compared", name, (long long)step);
+    return NULL;
+}
+
+TestSuite(compare, .init = mkdir_tmp, .fini = rm_tmp);
+
+/* ---------------------------------------------------- metrics by hand */
+
+static void write_one(const char *path, td_dtype dt, const double *v, int64_t r, int64_t c, const char *backend) {
+    td_tap_sink *s = tg_open(path, backend, dt == TD_DT_F64 ? "f64" : "f32", "abc");
+    tg_step(s, TD_STEP_PREFILL, 5, r);
+    tg_emit2(s, "blk.0.attn_out", dt, v, r, c);
+    tg_end(s);
+    tg_close(s);
+}
+
+Test(compare, metrics_match_hand_worked_numbers) {
+    double a[6] = {1, 2, 3, 4, 5, 6};
+    double b[6] = {1, 2, 3.001, 4, 5, 6.5};
+    double c[6] = {1, 2, 3, 4, 5, 6.0001};
+    write_one(P("a.h5"), TD_DT_F64, a, 2, 3, "ref");
+    write_one(P("b.h5"), TD_DT_F32, b, 2, 3, "cand");
+    write_one(P("c.h5"), TD_DT_F32, c, 2, 3, "ref32");
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("c.h5");
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), &o);
+    cr_assert_eq(r->n_taps, 1);
+    const td_cmp_tap *t = &r->taps[0];
+    // B and C are stored as f32: the values compared are their f32 roundings.
+    double b2 = (double)(float)3.001 - 3, b5 = 0.5, c5 = (double)(float)6.0001 - 6;
+    double na = sqrt(1 + 4 + 9 + 16 + 25 + 36);
+    double err = sqrt(b2 * b2 + b5 * b5) / na, ctrl = fabs(c5) / na;
+    cr_assert_float_eq(t->err, err, 1e-15);
+    cr_assert_float_eq(t->err_ctrl, ctrl, 1e-15);
+    cr_assert_eq(t->ctrl, TD_CTRL_DATA);
+    double budget = fmax(4 * ctrl, ldexp(1.0, -20));
+    cr_assert_float_eq(t->budget, budget, 1e-18);
+    cr_assert_float_eq(t->ratio, err / budget, 1e-9);
+    cr_assert_eq(t->max_abs, 0.5);
+    cr_assert_eq(t->max_index, 5); // row 1, channel 2: position 5 + 1
+    double bb[6] = {1, 2, (double)(float)3.001, 4, 5, 6.5};
+    double dot = 0, nb = 0;
+    for (int i = 0; i < 6; i++) dot += a[i] * bb[i], nb += bb[i] * bb[i];
+    cr_assert_float_eq(t->cosine, dot / (na * sqrt(nb)), 1e-14);
+    // row 1 holds 0.25 of the 0.25 + b2^2 squared error
+    cr_assert_eq(t->rows[0].index, 1);
+    cr_assert_float_eq(t->rows[0].share, 0.25 / (0.25 + b2 * b2), 1e-12);
+    cr_assert_eq(t->cols[0].index, 2);
+    cr_assert_eq(t->fail, TD_CMPF_BUDGET);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_eq(r->first, 0);
+    // ULP in f32 at 6 is 2^-21: 0.5 / 2^-21 = 2^20 ulp
+    cr_assert_float_eq(t->ulp_max, ldexp(1.0, 20), 1e-6);
+    td_cmp_result_free(r);
+}
+
+Test(compare, ulp_spacing_and_floors) {
+    cr_assert_eq(td_cmp_ulp(1.0, TD_DT_F32), ldexp(1.0, -23));
+    cr_assert_eq(td_cmp_ulp(1.5, TD_DT_F32), ldexp(1.0, -23));
+    cr_assert_eq(td_cmp_ulp(2.0, TD_DT_F32), ldexp(1.0, -22));
+    cr_assert_eq(td_cmp_ulp(-0.75, TD_DT_F64), ldexp(1.0, -53));
+    cr_assert_eq(td_cmp_ulp(0.0, TD_DT_F32), ldexp(1.0, -149));    // smallest f32 subnormal
+    cr_assert_eq(td_cmp_ulp(1e-40, TD_DT_F32), ldexp(1.0, -149));  // subnormal range
+    cr_assert_eq(td_cmp_ulp(1.0, TD_DT_F16), ldexp(1.0, -10));
+    cr_assert_eq(td_cmp_ulp(1.0, TD_DT_BF16), ldexp(1.0, -7));
+    cr_assert_eq(td_cmp_floor(TD_DT_F32), ldexp(1.0, -20));
+    cr_assert_eq(td_cmp_floor(TD_DT_F64), 1e-13);
+}
+
+Test(compare, zero_reference_is_defined) {
+    double z[4] = {0, 0, 0, 0}, nz[4] = {0, 1e-3, 0, 0};
+    write_one(P("a.h5"), TD_DT_F64, z, 1, 4, "ref");
+    write_one(P("b.h5"), TD_DT_F64, z, 1, 4, "x");
+    write_one(P("c.h5"), TD_DT_F64, nz, 1, 4, "y");
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
+    cr_assert_eq(r->taps[0].err, 0.0);
+    cr_assert_eq(r->taps[0].cosine, 1.0);
+    cr_assert_eq(r->verdict, TD_OK);
+    td_cmp_result_free(r);
+    r = cmp(P("a.h5"), P("c.h5"), NULL);
+    cr_assert_eq(r->taps[0].err, 1.0); // any non-zero b against a zero a: 100%
+    cr_assert_eq(r->taps[0].cosine, 0.0);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    td_cmp_result_free(r);
+}
+
+Test(compare, nonfinite_mismatch_is_a_divergence) {
+    double a[4] = {1, 2, 3, 4}, b[4] = {1, 2, NAN, 4}, c[4] = {1, NAN, 3, 4};
+    write_one(P("a.h5"), TD_DT_F64, c, 1, 4, "ref");  // NaN at index 1 in the reference too
+    write_one(P("b.h5"), TD_DT_F64, c, 1, 4, "x");
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
+    cr_assert_eq(r->taps[0].n_nonfinite_mismatch, 0, "NaN in both at the same place is not a mismatch");
+    td_cmp_result_free(r);
+    write_one(P("a.h5"), TD_DT_F64, a, 1, 4, "ref");
+    write_one(P("b.h5"), TD_DT_F64, b, 1, 4, "x");
+    r = cmp(P("a.h5"), P("b.h5"), NULL);
+    const td_cmp_tap *t = &r->taps[0];
+    cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
+    cr_assert_eq(t->n_nonfinite_mismatch, 1);
+    cr_assert_eq(t->first_mismatch, 2);
+    cr_assert_eq(t->err, 0.0, "the finite pairs agree exactly");
+    td_cmp_result_free(r);
+}
+
+/* KL(softmax a || softmax b) and top-k written out from their definitions. */
+static double kl_ref(const double *a, const double *b, int n) {
+    double ma = -INFINITY, mb = -INFINITY, sa = 0, sb = 0, kl = 0;
+    for (int i = 0; i < n; i++) ma = fmax(ma, a[i]), mb = fmax(mb, b[i]);
+    for (int i = 0; i < n; i++) sa += exp(a[i] - ma), sb += exp(b[i] - mb);
+    for (int i = 0; i < n; i++) {
+        double pa = exp(a[i] - ma) / sa, pb = exp(b[i] - mb) / sb;
+        kl += pa * log(pa / pb);
+    }
+    return kl;
+}
+
+Test(compare, logits_top1_topk_kl) {
+    // two positions, V = 8; row 0 agrees exactly, row 1 swaps the top two
+    // (margin 1.0 in the reference: far over any budget: unexplained).
+    double a[16] = {0, 1, 2, 3, 4, 5, 6, 7, 7, 6, 5, 4, 3, 2, 1, 0};
+    double b[16] = {0, 1, 2, 3, 4, 5, 6, 7, 6, 7, 5, 4, 3, 2, 1, -3};
+    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 2);
+    tg_emit2(s, "out.logits", TD_DT_F64, a, 2, 8);
+    tg_end(s);
+    tg_close(s);
+    s = tg_open(P("b.h5"), "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 2);
+    tg_emit2(s, "out.logits", TD_DT_F64, b, 2, 8);
+    tg_end(s);
+    tg_close(s);
+    td_cmp_options o = td_cmp_options_default();
+    o.floor = 10.0; // a huge budget: only the row checks can fail
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), &o);
+    const td_cmp_tap *t = &r->taps[0];
+    cr_assert(t->is_logits);
+    cr_assert_eq(t->lg_rows, 2);
+    cr_assert_eq(t->lg_top1_agree, 1);
+    // top-5 of row 1: a {0,1,2,3,4}, b {1,0,2,3,4}: full overlap; row 0 identical
+    cr_assert_float_eq(t->lg_topk_mean, 1.0, 1e-15);
+    double kl1 = kl_ref(a + 8, b + 8, 8);
+    cr_assert_float_eq(t->lg_kl_max, kl1, 1e-12);
+    cr_assert_float_eq(t->lg_kl_mean, kl1 / 2, 1e-12);
+    cr_assert_eq(t->lg_worst_row, 1);
+    // margin 1.0 <= 2 * 10 * ||a_row||: explained by this (absurd) budget
+    cr_assert_eq(t->lg_top1_unexplained, 0);
+    cr_assert_eq(r->verdict, TD_OK);
+    td_cmp_result_free(r);
+
+    o.floor = 1e-3; // now 2 * 1e-3 * ||a_row|| = 2e-3 * sqrt(140) ~ 0.024 < 1.0
+    r = cmp(P("a.h5"), P("b.h5"), &o);
+    t = &r->taps[0];
+    cr_assert_eq(t->fail, TD_CMPF_BUDGET, "the error itself is far over 1e-3");
+    cr_assert_eq(t->lg_top1_unexplained, 1);
+    td_cmp_result_free(r);
+}
+
+Test(compare, logits_topk_overlap_partial) {
+    double a[10] = {9, 8, 7, 6, 5, 4, 3, 2, 1, 0};
+    double b[10] = {9, 8, 7, 0, 0, 6, 5, 4, 1, 0}; // top-5 b {0,1,2,5,6}: 3 in common with a's {0..4}
+    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "out.logits", TD_DT_F64, a, 1, 10);
+    tg_end(s);
+    tg_close(s);
+    s = tg_open(P("b.h5"), "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "out.logits", TD_DT_F64, b, 1, 10);
+    tg_end(s);
+    tg_close(s);
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
+    cr_assert_float_eq(r->taps[0].lg_topk_mean, 3.0 / 5.0, 1e-15);
+    cr_assert_float_eq(r->taps[0].lg_topk_min, 3.0 / 5.0, 1e-15);
+    cr_assert_eq(r->taps[0].lg_top1_agree, 1);
+    td_cmp_result_free(r);
+}
+
+/* One prefill step of 1 token: blk.0.ffn_norm [1, 128], blk.0.moe_weights
+ * [1, 2], blk.0.attn_q ... in that order, values given. */
+static void write_small(const char *path, const double *norm, const double *w, const double *big) {
+    td_tap_sink *s = tg_open(path, "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "blk.0.ffn_norm", TD_DT_F64, norm, 1, 128);
+    tg_emit2(s, "blk.0.moe_weights", TD_DT_F64, w, 1, 2);
+    tg_emit2(s, "blk.0.ffn_out", TD_DT_F64, big, 1, 64);
+    tg_end(s);
+    tg_close(s);
+}
+
+Test(compare, small_taps_inherit_their_inputs_control_error) {
+    double na[128], nc[128], nb[128], wa[2] = {0.75, 0.25}, wb[2], big[64], bigb[64];
+    double d2 = 0, a2 = 0;
+    for (int i = 0; i < 128; i++) {
+        na[i] = tg_unif(1, 1, (uint64_t)i);
+        nc[i] = na[i] * (1 + 1e-6 * tg_unif(2, 2, (uint64_t)i));
+        nb[i] = na[i] * (1 + 1e-6 * tg_unif(3, 3, (uint64_t)i));
+        d2 += (nc[i] - na[i]) * (nc[i] - na[i]);
+        a2 += na[i] * na[i];
+    }
+    double ctrl_norm = sqrt(d2 / a2); // the control error ffn_norm carries
+    for (int i = 0; i < 64; i++) big[i] = bigb[i] = tg_unif(4, 4, (uint64_t)i);
+    // B's weights off by 2e-6 relative: 2x the f32 floor; the control's are exact
+    wb[0] = 0.75 * (1 + 2e-6);
+    wb[1] = 0.25 * (1 - 2e-6);
+    write_small(P("a.h5"), na, wa, big);
+    write_small(P("c.h5"), nc, wa, big);
+    write_small(P("b.h5"), nb, wb, bigb);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("c.h5");
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), &o);
+    const td_cmp_tap *w = find(r, 0, "blk.0.moe_weights");
+    cr_assert_eq(w->err_ctrl, 0.0);
+    cr_assert_float_eq(w->err_ctrl_used, ctrl_norm, 1e-12 * ctrl_norm, "a 2-value tap inherits ffn_norm's control error");
+    cr_assert_float_eq(w->budget, fmax(4 * ctrl_norm, ldexp(1.0, -20)), 1e-15);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    td_cmp_result_free(r);
+    // a real error on the small tap still fails
+    wb[0] = 0.75 * (1 + 1e-2);
+    wb[1] = 0.25 * (1 - 1e-2);
+    write_small(P("b.h5"), nb, wb, bigb);
+    r = cmp(P("a.h5"), P("b.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(r->taps[r->first].name, "blk.0.moe_weights");
+    td_cmp_result_free(r);
+    // a tap of >= 64 values does not inherit: exact control, 2e-6 error: over the floor
+    wb[0] = 0.75;
+    wb[1] = 0.25;
+    for (int i = 0; i < 64; i++) bigb[i] = big[i] * (1 + 2e-6);
+    write_small(P("b.h5"), nb, wb, bigb);
+    r = cmp(P("a.h5"), P("b.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(r->taps[r->first].name, "blk.0.ffn_out");
+    cr_assert_eq(r->taps[r->first].err_ctrl_used, 0.0);
+    td_cmp_result_free(r);
+}
+
+/* ------------------------------------------------ model-like synthetic arms */
+
+static const tg_model M = {.n_layer = 3, .n_prompt = 4, .n_decode = 4, .moe = 1};
+static const tg_arm REF = {.seed = 0, .dtype = TD_DT_F64, .backend = "ref", .sha = "feed"};
+static const tg_arm R32 = {.seed = 11, .noise = 1e-7, .dtype = TD_DT_F32, .backend = "ref32", .sha = "feed"};
+static const tg_arm CAND = {.seed = 23, .noise = 1e-7, .dtype = TD_DT_F32, .backend = "cand", .sha = "feed"};
+
+static void write_arms(void) {
+    tg_write_model(P("ref.h5"), &M, &REF);
+    tg_write_model(P("ref32.h5"), &M, &R32);
+    tg_write_model(P("cand.h5"), &M, &CAND);
+}
+
+Test(compare, honest_arm_is_conformant_with_a_control) {
+    write_arms();
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("cand.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    cr_assert_eq(r->first, -1);
+    int64_t per_step_prefill = 2 + 3 * (13 + 1) + 2;
+    cr_assert_eq(r->n_taps, per_step_prefill * 5);
+    cr_assert_eq(r->n_integer, (1 + 3) * 5);
+    cr_assert_eq(r->n_missing_in_a + r->n_missing_in_b, 0);
+    cr_assert_eq(r->n_no_ctrl, 0);
+    // every float tap's control error is an honest, non-zero f32-sized number
+    for (int64_t i = 0; i < r->n_taps; i++) {
+        const td_cmp_tap *t = &r->taps[i];
+        if (t->method != TD_CMP_DATA) continue;
+        cr_assert(t->err_ctrl > 1e-9 && t->err_ctrl < 1e-4, "%s ctrl %g", t->name, t->err_ctrl);
+        cr_assert(t->ratio <= 1.0);
+    }
+    td_cmp_result_free(r);
+}
+
+Test(compare, without_control_the_floor_is_the_budget) {
+    write_arms();
+    td_cmp_result *r = cmp(P("ref.h5"), P("cand.h5"), NULL);
+    cr_assert_eq(r->has_control, 0);
+    int said = 0;
+    for (int i = 0; i < r->n_notes; i++) said |= strstr(r->notes[i], "floor only") != NULL;
+    cr_assert(said, "the result must say the budget is the floor only");
+    for (int64_t i = 0; i < r->n_taps; i++)
+        if (r->taps[i].method == TD_CMP_DATA) cr_assert_eq(r->taps[i].budget, ldexp(1.0, -20));
+    // the synthetic error grows with depth past the f32 floor: deep taps fail
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    td_cmp_result_free(r);
+}
+
+/* Perturbation of a copy: the target tap by `rel`, every later float tap by
+ * rel/2 (the propagated error). */
+typedef struct perturb {
+    int64_t step;
+    const char *name;
+    double rel;
+    int propagate;
+    int passed;
+    int int_change; /* integer target: add 1 to the first value */
+} perturb;
+
+static void perturb_fn(void *ctx, int64_t step, const td_tap_info *t, double *v, uint64_t n) {
+    perturb *p = ctx;
+    int hit = step == p->step && !strcmp(t->name, p->name);
+    if (hit && p->int_change) {
+        v[0] += 1;
+        return;
+    }
+    if (td_dtype_is_int(t->dtype)) return;
+    double rel = hit ? p->rel : (p->passed && p->propagate ? p->rel / 2 : 0);
+    if (hit) p->passed = 1;
+    for (uint64_t i = 0; rel && i < n; i++) v[i] *= 1.0 + rel * tg_unif(99, (uint64_t)step, i);
+}
+
+Test(compare, planted_perturbation_is_localized) {
+    write_arms();
+    perturb p = {.step = 2, .name = "blk.1.ffn_up", .rel = 1e-3, .propagate = 1};
+    tg_copy(P("cand.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_geq(r->first, 0);
+    const td_cmp_tap *t = &r->taps[r->first];
+    cr_assert_str_eq(t->name, "blk.1.ffn_up");
+    cr_assert_eq(t->step, 2);
+    cr_assert_eq(t->kind, TD_STEP_DECODE);
+    cr_assert_eq(t->fail, TD_CMPF_BUDGET);
+    cr_assert(t->ratio > 10, "r = %g", t->ratio);
+    // its input per the producer map is ffn_norm, which is clean: growth is huge
+    cr_assert_str_eq(t->input, "blk.1.ffn_norm");
+    cr_assert(t->growth > 100, "growth %g", t->growth);
+    cr_assert(r->n_divergent > 1, "the propagated error makes later taps fail too");
+    td_cmp_result_free(r);
+}
+
+Test(compare, perturbing_only_a_later_tap_names_the_later_one) {
+    write_arms();
+    perturb p = {.step = 3, .name = "blk.2.attn_ctx", .rel = 1e-3, .propagate = 0};
+    tg_copy(P("cand.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    const td_cmp_tap *t = &r->taps[r->first];
+    cr_assert_str_eq(t->name, "blk.2.attn_ctx");
+    cr_assert_eq(t->step, 3);
+    cr_assert_eq(r->n_divergent, 1);
+    td_cmp_result_free(r);
+}
+
+Test(compare, changed_router_pick_is_an_integer_mismatch) {
+    write_arms();
+    perturb p = {.step = 1, .name = "blk.1.moe_topk", .int_change = 1};
+    tg_copy(P("cand.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    const td_cmp_tap *t = &r->taps[r->first];
+    cr_assert_str_eq(t->name, "blk.1.moe_topk");
+    cr_assert_eq(t->step, 1);
+    cr_assert_eq(t->fail, TD_CMPF_INTEGER);
+    cr_assert_eq(t->n_int_mismatch, 1);
+    cr_assert_eq(t->first_mismatch, 0);
+    // the synthetic pick at step 1 row 0 of layer 1 is (0 + 1) % 4 = 1; the copy added 1
+    cr_assert_eq(t->mis_a, 1.0);
+    cr_assert_eq(t->mis_b, 2.0);
+    td_cmp_result_free(r);
+}
+
+Test(compare, growth_follows_the_producer_map) {
+    write_arms();
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("cand.h5"), &o);
+    const td_cmp_tap *act = find(r, 1, "blk.0.ffn_act");
+    const td_cmp_tap *gate = find(r, 1, "blk.0.ffn_gate"), *up = find(r, 1, "blk.0.ffn_up");
+    const td_cmp_tap *in = gate->err > up->err ? gate : up;
+    cr_assert_str_eq(act->input, in->name, "ffn_act's input is the worse of gate and up");
+    cr_assert_float_eq(act->growth, act->err / in->err, 1e-12);
+    cr_assert_str_eq(find(r, 1, "blk.1.attn_norm")->input, "blk.0.out");
+    cr_assert_str_eq(find(r, 1, "blk.0.attn_norm")->input, "inp.embd");
+    cr_assert_str_eq(find(r, 1, "out.norm")->input, "blk.2.out");
+    cr_assert_str_eq(find(r, 1, "out.logits")->input, "out.norm");
+    cr_assert(isnan(find(r, 1, "inp.embd")->growth), "inp.embd has no float input");
+    td_cmp_result_free(r);
+}
+
+Test(compare, producer_map_names) {
+    char g[3][3][TD_TAP_NAME_MAX];
+    int last;
+    int n = td_cmp_inputs("blk.4.attn_ctx", g, 3, &last);
+    cr_assert_eq(n, 3);
+    cr_assert_str_eq(g[0][0], "blk.4.attn_q_rope");
+    cr_assert_str_eq(g[1][2], "blk.4.attn_k");
+    cr_assert_str_eq(g[2][0], "blk.4.attn_v");
+    n = td_cmp_inputs("blk.4.ffn_inp", g, 3, &last);
+    cr_assert_eq(n, 2);
+    cr_assert_str_eq(g[1][0], "blk.3.out");
+    n = td_cmp_inputs("blk.0.attn_norm", g, 3, &last);
+    cr_assert_str_eq(g[0][0], "inp.embd");
+    cr_assert_eq(td_cmp_inputs("out.norm", g, 3, &last), 0);
+    cr_assert_eq(last, 1);
+    cr_assert_eq(td_cmp_inputs("blk.0.gdn_state", g, 3, &last), 0);
+    cr_assert_eq(last, 0);
+}
+
+Test(compare, decode_vs_prefill_ratio) {
+    write_arms();
+    // make blk.0.attn_out's decode error at step 3 large, all else honest
+    perturb p = {.step = 3, .name = "blk.0.attn_out", .rel = 1e-2};
+    tg_copy(P("cand.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), NULL);
+    cr_assert_gt(r->n_dvp, 0);
+    cr_assert_str_eq(r->dvp[0].name, "blk.0.attn_out");
+    cr_assert_eq(r->dvp[0].decode_step, 3);
+    double pre = find(r, 0, "blk.0.attn_out")->err, dec = find(r, 3, "blk.0.attn_out")->err;
+    cr_assert_float_eq(r->dvp[0].ratio, dec / pre, 1e-12);
+    td_cmp_result_free(r);
+}
+
+Test(compare, fingerprint_only_arm_is_compared_by_fingerprint) {
+    write_arms();
+    // B keeps data for out.* only; everything else is fingerprint-only
+    tg_copy(P("cand.h5"), P("fp.h5"), NULL, NULL, "out.*", NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("fp.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    cr_assert_gt(r->n_fingerprint, 0);
+    cr_assert_eq(find(r, 0, "blk.1.ffn_up")->method, TD_CMP_FINGERPRINT);
+    cr_assert_eq(find(r, 0, "out.logits")->method, TD_CMP_DATA);
+    int said = 0;
+    for (int i = 0; i < r->n_notes; i++) said |= strstr(r->notes[i], "data not compared") != NULL;
+    cr_assert(said);
+    // the lower bound never exceeds the true error
+    td_cmp_result *full = cmp(P("ref.h5"), P("cand.h5"), &o);
+    for (int64_t i = 0; i < r->n_taps; i++)
+        if (r->taps[i].method == TD_CMP_FINGERPRINT)
+            cr_assert_leq(r->taps[i].err, full->taps[i].err * (1 + 1e-9) + 1e-300, "%s", r->taps[i].name);
+    td_cmp_result_free(full);
+    td_cmp_result_free(r);
+}
+
+static void zero_fn(void *ctx, int64_t step, const td_tap_info *t, double *v, uint64_t n) {
+    (void)ctx;
+    if (step == 1 && !strcmp(t->name, "blk.1.attn_v"))
+        for (uint64_t i = 0; i < n; i++) v[i] = 0;
+}
+
+Test(compare, fingerprint_catches_a_zeroed_tensor) {
+    write_arms();
+    tg_copy(P("cand.h5"), P("fp.h5"), zero_fn, NULL, "out.*", NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("fp.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    const td_cmp_tap *t = &r->taps[r->first];
+    cr_assert_str_eq(t->name, "blk.1.attn_v");
+    cr_assert_eq(t->step, 1);
+    cr_assert_eq(t->method, TD_CMP_FINGERPRINT);
+    cr_assert_float_eq(t->err, 1.0, 1e-12, "||b|| = 0: | ||b|| - ||a|| | / ||a|| = 1");
+    td_cmp_result_free(r);
+}
+
+Test(compare, streams_a_tap_larger_than_a_block) {
+    // 300 rows x 1000 cols = 300k values: more than one block of 2^17.
+    int64_t R = 300, C = 1000;
+    double *a = malloc(sizeof *a * (size_t)(R * C)), *b = malloc(sizeof *b * (size_t)(R * C));
+    double d2 = 0, a2 = 0, mx = 0;
+    int64_t mi = -1;
+    for (int64_t i = 0; i < R * C; i++) {
+        a[i] = tg_unif(1, 2, (uint64_t)i);
+        b[i] = a[i] + 1e-6 * tg_unif(3, 4, (uint64_t)i) * (i == 250 * C + 17 ? 1000 : 1);
+        d2 += (b[i] - a[i]) * (b[i] - a[i]);
+        a2 += a[i] * a[i];
+        if (fabs(b[i] - a[i]) > mx) mx = fabs(b[i] - a[i]), mi = i;
+    }
+    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, R);
+    tg_emit2(s, "blk.0.ffn_out", TD_DT_F64, a, R, C);
+    tg_end(s);
+    tg_close(s);
+    s = tg_open(P("b.h5"), "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, R);
+    tg_emit2(s, "blk.0.ffn_out", TD_DT_F64, b, R, C);
+    tg_end(s);
+    tg_close(s);
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
+    cr_assert_float_eq(r->taps[0].err, sqrt(d2 / a2), 1e-12 * sqrt(d2 / a2));
+    cr_assert_eq((int64_t)r->taps[0].max_index, mi);
+    cr_assert_eq(r->taps[0].rows[0].index, 250);
+    cr_assert_eq(r->taps[0].cols[0].index, 17);
+    td_cmp_result_free(r);
+    free(a);
+    free(b);
+}
+
+/* -------------------------------------------------- refusals and vacuity */
+
+static int run_compare(char *out, size_t cap, const char *a, const char *b, const char *x1, const char *x2) {
+    const char *args[8] = {"compare", a, b, x1, x2, NULL};
+    return tg_run(out, cap, args);
+}
+
+Test(compare, no_common_taps_is_not_a_pass) {
+    if (!getenv("TD_TAPDIFF")) cr_skip_test("TD_TAPDIFF not set");
+    double v[4] = {1, 2, 3, 4};
+    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "blk.0.attn_q", TD_DT_F64, v, 1, 4);
+    tg_end(s);
+    tg_close(s);
+    s = tg_open(P("b.h5"), "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "blk.0.attn_k", TD_DT_F64, v, 1, 4);
+    tg_end(s);
+    tg_close(s);
+    char out[8192];
+    int rc = run_compare(out, sizeof out, P("a.h5"), P("b.h5"), NULL, NULL);
+    cr_assert_eq(rc, 1, "rc %d: %s", rc, out);
+    cr_assert(strstr(out, "nothing was compared"), "%s", out);
+}
+
+Test(compare, filter_matching_nothing_is_not_a_pass) {
+    if (!getenv("TD_TAPDIFF")) cr_skip_test("TD_TAPDIFF not set");
+    write_arms();
+    char out[8192];
+    int rc = run_compare(out, sizeof out, P("ref.h5"), P("cand.h5"), "--filter", "blk.*.nothing_here");
+    cr_assert_eq(rc, 1, "rc %d: %s", rc, out);
+    cr_assert(strstr(out, "nothing was compared"), "%s", out);
+    // a filter that matches: conformant-or-not, but things were compared
+    rc = run_compare(out, sizeof out, P("ref.h5"), P("cand.h5"), "--filter", "inp.*");
+    cr_assert_eq(rc, 0, "rc %d: %s", rc, out);
+}
+
+Test(compare, a_tap_missing_in_one_arm_is_not_a_pass) {
+    write_arms();
+    tg_copy(P("cand.h5"), P("less.h5"), NULL, NULL, NULL, NULL, NULL, "blk.2.ffn_gate");
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("less.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_eq(r->first, -1, "no tap diverged");
+    cr_assert_eq(r->n_missing_in_b, 5);
+    cr_assert(strstr(r->reason, "not everything was compared"), "%s", r->reason);
+    td_cmp_result_free(r);
+    // excluded by the filter: a declared reason, so a pass
+    o.filter = "inp.*,out.*";
+    r = cmp(P("ref.h5"), P("less.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    td_cmp_result_free(r);
+}
+
+static void refuse(const char *a, const char *b, const td_cmp_options *o, const char *needle) {
+    td_cmp_result *r = NULL;
+    td_err e = {{0}};
+    int st = td_compare(a, b, o, &r, &e);
+    cr_assert_eq(st, TD_EINPUT, "expected a refusal (%s), got %d", needle, st);
+    cr_assert_null(r);
+    cr_assert(strstr(e.msg, needle), "message '%s' lacks '%s'", e.msg, needle);
+}
+
+Test(compare, refuses_different_models) {
+    write_arms();
+    tg_copy(P("cand.h5"), P("other.h5"), NULL, NULL, NULL, "model_sha256", "beef", NULL);
+    refuse(P("ref.h5"), P("other.h5"), NULL, "model_sha256");
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("other.h5");
+    refuse(P("ref.h5"), P("cand.h5"), &o, "different models");
+    if (!getenv("TD_TAPDIFF")) return;
+    char out[8192];
+    cr_assert_eq(run_compare(out, sizeof out, P("ref.h5"), P("other.h5"), NULL, NULL), 3, "%s", out);
+}
+
+Test(compare, refuses_different_tokens_unless_allowed) {
+    write_arms();
+    perturb p = {.step = 2, .name = "inp.tokens", .int_change = 1};
+    tg_copy(P("cand.h5"), P("tok.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    refuse(P("ref.h5"), P("tok.h5"), NULL, "inp.tokens differ at step 2");
+    td_cmp_options o = td_cmp_options_default();
+    o.allow_token_mismatch = 1;
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("tok.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(r->taps[r->first].name, "inp.tokens");
+    cr_assert_eq(r->taps[r->first].step, 2);
+    cr_assert_eq(r->taps[r->first].fail, TD_CMPF_INTEGER);
+    td_cmp_result_free(r);
+    // a control that consumed other tokens than A is refused, allowed or not
+    td_cmp_options oc = td_cmp_options_default();
+    oc.control = P("tok.h5");
+    refuse(P("ref.h5"), P("cand.h5"), &oc, "control");
+    oc.allow_token_mismatch = 1;
+    refuse(P("ref.h5"), P("cand.h5"), &oc, "consumed other tokens than A at step 2");
+    if (!getenv("TD_TAPDIFF")) return;
+    char out[8192];
+    cr_assert_eq(run_compare(out, sizeof out, P("ref.h5"), P("tok.h5"), NULL, NULL), 3, "%s", out);
+    cr_assert(strstr(out, "--allow-token-mismatch"), "%s", out);
+    cr_assert_eq(run_compare(out, sizeof out, P("ref.h5"), P("tok.h5"), "--allow-token-mismatch", NULL), 1, "%s",
+                 out);
+}
+
+Test(compare, refuses_incompatible_shapes_and_unreadable_files) {
+    double v[6] = {1, 2, 3, 4, 5, 6};
+    write_one(P("a.h5"), TD_DT_F64, v, 2, 3, "ref");
+    write_one(P("b.h5"), TD_DT_F64, v, 2, 2, "x");
+    refuse(P("a.h5"), P("b.h5"), NULL, "incompatible shapes");
+    write_one(P("c.h5"), TD_DT_F64, v, 3, 2, "x");
+    refuse(P("a.h5"), P("c.h5"), NULL, "step 0 differs");
+    refuse(P("a.h5"), P("missing.h5"), NULL, "missing.h5");
+    FILE *f = fopen(P("junk.h5"), "w");
+    fputs("not hdf5", f);
+    fclose(f);
+    refuse(P("junk.h5"), P("a.h5"), NULL, "junk.h5");
+    if (!getenv("TD_TAPDIFF")) return;
+    char out[8192];
+    cr_assert_eq(run_compare(out, sizeof out, P("a.h5"), P("b.h5"), NULL, NULL), 3, "%s", out);
+    cr_assert_eq(run_compare(out, sizeof out, P("a.h5"), P("missing.h5"), NULL, NULL), 3, "%s", out);
+    cr_assert_eq(run_compare(out, sizeof out, P("a.h5"), NULL, NULL, NULL), 2, "%s", out);
+}
+
+Test(compare, cli_verdict_names_the_tap_and_step) {
+    if (!getenv("TD_TAPDIFF")) cr_skip_test("TD_TAPDIFF not set");
+    write_arms();
+    perturb p = {.step = 2, .name = "blk.1.ffn_up", .rel = 1e-3, .propagate = 1};
+    tg_copy(P("cand.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    char out[16384];
+    const char *args[] = {"compare", P("ref.h5"), P("bad.h5"), "--control", P("ref32.h5"), NULL};
+    int rc = tg_run(out, sizeof out, args);
+    cr_assert_eq(rc, 1, "%s", out);
+    cr_assert(strstr(out, "DIVERGENT"), "%s", out);
+    cr_assert(strstr(out, "FIRST DIVERGENT  blk.1.ffn_up  at step 2 (decode"), "%s", out);
+    cr_assert(strstr(out, "taps before it:"), "%s", out);
+    cr_assert(strstr(out, "blk.1.ffn_norm"), "%s", out);
+    const char *ok[] = {"compare", P("ref.h5"), P("cand.h5"), "--control", P("ref32.h5"), NULL};
+    rc = tg_run(out, sizeof out, ok);
+    cr_assert_eq(rc, 0, "%s", out);
+    cr_assert(strstr(out, "CONFORMANT"), "%s", out);
+}
+
+/* ------------------------------------ the real reference arms (fixtures) */
+
+#include "fixtures.h"
+
+/* Runs `tapdiff bisect --a ref --b ref32` on fixture `name` into DIR/bis,
+ * prefill of 5 tokens + `steps` decode steps; returns its exit status. */
+static int bisect_fixture(const char *name, int steps, char *out, size_t cap) {
+    char path[400], st[16];
+    td_err e;
+    cr_assert_eq(td_fixture_write(name, dir, path, sizeof path, &e), TD_OK, "%s", e.msg);
+    snprintf(st, sizeof st, "%d", steps);
+    const char *args[] = {"bisect", "--model", path, "--a", "ref", "--b", "ref32", "--tokens", "1,15,20,7,3",
+                          "--steps", st, "--out-dir", P("bis"), "--quiet", NULL};
+    return tg_run(out, cap, args);
+}
+
+static void need_reference(void) {
+    if (!getenv("TD_TAPDIFF")) cr_skip_test("TD_TAPDIFF not set");
+    char out[4096];
+    int rc = bisect_fixture("llama-f32", 0, out, sizeof out);
+    if (rc != 0 && rc != 1) cr_skip_test("tapdiff bisect cannot run the reference here (exit %d): %.200s", rc, out);
+}
+
+ParameterizedTestParameters(compare, ref32_vs_ref_is_conformant_on_every_fixture) {
+    static int idx[64];
+    size_t n = td_fixture_count();
+    TD_ASSERT(n <= 64);
+    for (size_t i = 0; i < n; i++) idx[i] = (int)i;
+    return cr_make_param_array(int, idx, n);
+}
+
+ParameterizedTest(int *i, compare, ref32_vs_ref_is_conformant_on_every_fixture, .timeout = 300) {
+    need_reference();
+    const char *name = td_fixture_at((size_t)*i)->name;
+    char out[16384];
+    int rc = bisect_fixture(name, 16, out, sizeof out);
+    cr_assert_eq(rc, 0, "%s: ref32 vs ref, prefill + 16 decode steps: exit %d\n%s", name, rc, out);
+    cr_assert(strstr(out, "CONFORMANT"), "%s", out);
+    // and the comparison was not vacuous: 17 steps, every tap matched
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("bis/B-ref32.h5");
+    td_cmp_result *r = cmp(P("bis/A-ref.h5"), P("bis/B-ref32.h5"), &o);
+    cr_assert_eq(r->n_steps_a, 17);
+    cr_assert_eq(r->n_missing_in_a + r->n_missing_in_b, 0);
+    cr_assert_gt(r->n_data, 17 * 10);
+    td_cmp_result_free(r);
+}
+
+Test(compare, planted_perturbation_in_a_real_reference_file, .timeout = 120) {
+    need_reference();
+    char out[8192];
+    cr_assert_eq(bisect_fixture("llama-q8_0", 4, out, sizeof out), 0, "%s", out);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("bis/B-ref32.h5");
+    // blk.1.ffn_up at decode step 2 by 1e-3, every later tap by the propagated 5e-4
+    perturb p = {.step = 2, .name = "blk.1.ffn_up", .rel = 1e-3, .propagate = 1};
+    tg_copy(P("bis/B-ref32.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_result *r = cmp(P("bis/A-ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(r->taps[r->first].name, "blk.1.ffn_up");
+    cr_assert_eq(r->taps[r->first].step, 2);
+    td_cmp_result_free(r);
+    // only a later tap: that one is named
+    perturb q = {.step = 3, .name = "blk.1.ffn_out", .rel = 1e-3, .propagate = 0};
+    tg_copy(P("bis/B-ref32.h5"), P("bad2.h5"), perturb_fn, &q, NULL, NULL, NULL, NULL);
+    r = cmp(P("bis/A-ref.h5"), P("bad2.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(r->taps[r->first].name, "blk.1.ffn_out");
+    cr_assert_eq(r->taps[r->first].step, 3);
+    cr_assert_eq(r->n_divergent, 1);
+    td_cmp_result_free(r);
+}
+
+Test(compare, changed_router_pick_in_a_real_moe_file, .timeout = 120) {
+    need_reference();
+    char out[8192];
+    cr_assert_eq(bisect_fixture("qwen3moe-q8_0", 3, out, sizeof out), 0, "%s", out);
+    perturb p = {.step = 1, .name = "blk.1.moe_topk", .int_change = 1};
+    tg_copy(P("bis/B-ref32.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("bis/B-ref32.h5");
+    td_cmp_result *r = cmp(P("bis/A-ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    const td_cmp_tap *t = &r->taps[r->first];
+    cr_assert_str_eq(t->name, "blk.1.moe_topk");
+    cr_assert_eq(t->step, 1);
+    cr_assert_eq(t->fail, TD_CMPF_INTEGER);
+    cr_assert_eq(t->n_int_mismatch, 1);
+    cr_assert_eq(t->mis_b, t->mis_a + 1);
+    td_cmp_result_free(r);
+}
