@@ -4,6 +4,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "cpu.h"
 #include "reference.h"
 #ifdef TD_HAVE_LLAMACPP
 #include "llamacpp.h"
@@ -12,6 +13,7 @@
 static const td_backend_vt *const backends[] = {
     &td_ref_backend_f64, /* "ref": the f64 oracle */
     &td_ref_backend_f32, /* "ref32": the same code in f32, the control arm */
+    &td_cpu_backend,     /* "cpu": the optimized CPU forward (backends/cpu) */
 #ifdef TD_HAVE_LLAMACPP
     &td_llamacpp_backend, /* "llamacpp": llama.cpp itself, a tapped peer */
 #endif

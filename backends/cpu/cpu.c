@@ -1,0 +1,960 @@
+/* tapdiff "cpu": the optimized CPU forward (see cpu.h for what it is and
+ * promises). The math is the reference's (../shared/spec/primitives.md,
+ * arch-{llama,qwen3,qwen3moe}.md) and so are the taps: same names, shapes
+ * and order as reference/reference_impl.h, dtype f32. What differs is how:
+ *   - matrix products are jobs of "segments" (one weight matrix, a block of
+ *     its rows, the activations it multiplies); Q/K/V, gate/up and all the
+ *     experts of a MoE layer each run as ONE job so a decode step pays few
+ *     synchronisations; a task is a block of output rows;
+ *   - a segment of at least gemm_min_t tokens dequantizes a tile of weight
+ *     rows to f32 and calls sgemm; a smaller one (decode) runs the per-type
+ *     dot kernel on the stored row for each token;
+ *   - attention runs one task per (token, head).
+ * Shapes in comments are row-major, outermost first: (T, E) = T rows of E. */
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#ifdef TD_HAVE_OPENBLAS
+#include <cblas.h>
+#endif
+
+#include "cpu.h"
+#include "cpu_kernels.h"
+#include "pool.h"
+#include "reference.h" /* TD_REF_HIST_W: hist.tokens has the reference's width */
+#include "td_config.h"
+
+#define NAME "cpu"
+
+/* A GEMM tile of weight rows decoded to f32 holds about this many bytes
+ * (the tile's row count depends on n_in only, never on the thread count). */
+#define TILE_BYTES (256 * 1024)
+
+/* ===================================================================== */
+/* State                                                                  */
+/* ===================================================================== */
+
+/* Small per-layer vectors decoded to f32 once at open. */
+typedef struct cpu_layer {
+    float *attn_norm, *ffn_norm; // (E)
+    float *q_norm, *k_norm;      // (D) or NULL
+    float *bq, *bk, *bv;         // (H*D), (Hkv*D), (Hkv*D) or NULL (from bqkv when fused)
+    float *bo;                   // (E) or NULL
+} cpu_layer;
+
+/* One matmul input (rows, n) in every form the kernels read: f32 with its
+ * sums per 32 values (native dots), and under act-q8 its 8-bit rounding
+ * (td_cpu_xq8 arrays) plus x' = d*q for the paths that read floats. */
+typedef struct cpu_in {
+    int64_t n;
+    float *x;             // (rows, n)
+    float *xs;            // (rows, n/32)
+    int8_t *q;            // act-q8 only, else NULL: (rows, n)
+    float *d, *d16, *d32; // (rows, n/32), (rows, n/16), (rows, n/32)
+    float *xd, *xds;      // (rows, n) x' = d*q; (rows, n/32) its sums per 32
+} cpu_in;
+
+/* Activations of one forward over T tokens; grown when a larger T comes. */
+typedef struct cpu_acts {
+    int64_t cap_T;
+    float *x;                // (T, E) residual stream
+    cpu_in xn;               // (T, E) normed input of the current sub-block
+    float *q, *k, *v;        // (T, H*D), (T, Hkv*D), (T, Hkv*D)
+    cpu_in ctx;              // (T, H*D) attention output before the projection
+    float *proj;             // (T, E) attn_out, then ffn_out
+    float *gate, *up;        // dense (T, F); MoE (T*K, F) rows grouped by expert
+    cpu_in act;              // same shape: silu(gate) * up
+    float *logits;           // (T, V)
+    float *moe_logits, *moe_probs; // (T, X)
+    int32_t *moe_topk;       // (T, K)
+    float *moe_w;            // (T, K)
+    cpu_in xs;               // (T*K, E) MoE inputs grouped by expert
+    float *ys;               // (T*K, E) expert outputs, same order
+    int32_t *route_t, *route_j; // (T*K) token and rank slot of each grouped row
+    int64_t *estart, *ecount;   // (X) first grouped row and row count of each expert
+    float *rope_c, *rope_s;  // (T, R/2) m*cos, m*sin of each token's angles
+    int32_t *tok32, *pos32;  // (T)
+} cpu_acts;
+
+/* One matrix product: y[t][o] (row stride ldy) = x[t] . W[row0 + o] (+ bias[o])
+ * for t < T, o < n_out. */
+typedef struct mm_seg {
+    const td_tensor *W;
+    int64_t row0, n_out, n_in;
+    const float *x, *xsum; // (T, n_in) f32 input (x itself, or x' under act-q8); (T, n_in/32) or NULL
+    td_cpu_xq8 xq;         // act-q8 input of token 0 when use_q8
+    int use_q8;
+    int64_t T;
+    float *y;
+    int64_t ldy;
+    const float *bias;     // (n_out) or NULL
+    int gemm;
+    int64_t chunk;         // output rows per task
+    int64_t task0, n_tasks;
+} mm_seg;
+
+typedef struct cpu_backend {
+    td_backend base; // vt; first member
+    const td_model *m;
+    td_hparams hp;
+    td_cpu_kernels k;
+    td_cpu_pool *pool;
+    int n_threads;
+    int act_q8;      // profile "act-q8": activations of quantized matmuls rounded to 8 bits
+    int64_t gemm_min_t;
+    int64_t n_ctx, n_past, kv_cap;
+    float **k_cache, **v_cache; // n_layer x (kv_cap, Hkv*D), row = position; post-norm, post-RoPE keys
+    cpu_layer *layers;
+    float *out_norm;            // (E)
+    float *rope_ff;             // (R/2) or NULL
+    int64_t max_in;
+    int64_t tile_cap;           // floats per thread tile
+    float **tile;               // per thread (tile_cap)
+    float **rowbuf;             // per thread (max_in): a decoded row for types without a dot kernel
+    float **att;                // per thread (kv_cap) attention scores
+    mm_seg *segs;               // job scratch
+    int max_segs;
+    int64_t hist[TD_REF_HIST_W];
+    int64_t n_hist;
+    cpu_acts a;
+    char version[320];
+} cpu_backend;
+
+/* ===================================================================== */
+/* Matrix products                                                        */
+/* ===================================================================== */
+
+typedef struct mm_job {
+    cpu_backend *b;
+    const mm_seg *segs;
+    int n_segs;
+} mm_job;
+
+static int64_t tile_rows(int64_t n_in) {
+    int64_t r = TILE_BYTES / (4 * n_in);
+    r -= r % 16;
+    return r < 16 ? 16 : r > 256 ? 256 : r;
+}
+
+static void mm_dot_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr, int th) {
+    const td_cpu_type_ops *op = &b->k.type[s->W->type];
+    const int64_t n = s->n_in, ns = n / TD_CPU_XSUM_GROUP;
+    for (int64_t o = r0; o < r0 + nr; o++) {
+        const uint8_t *w = td_tensor_row(s->W, (uint64_t)(s->row0 + o));
+        const float bias = s->bias ? s->bias[o] : 0.0f;
+        if (s->use_q8) {
+            for (int64_t t = 0; t < s->T; t++) {
+                const td_cpu_xq8 xq = {s->xq.q + t * n, s->xq.d + t * ns, s->xq.dsum16 + 2 * t * ns,
+                                       s->xq.dsum32 + t * ns};
+                s->y[t * s->ldy + o] = op->dot_q8(w, &xq, n) + bias;
+            }
+        } else if (op->dot) {
+            for (int64_t t = 0; t < s->T; t++)
+                s->y[t * s->ldy + o] = op->dot(w, s->x + t * n, s->xsum ? s->xsum + t * ns : NULL, n) + bias;
+        } else { // no kernel for this type: decode the row once, then f32 dots
+            float *row = b->rowbuf[th];
+            op->to_f32(s->W->type, w, row, n);
+            for (int64_t t = 0; t < s->T; t++) s->y[t * s->ldy + o] = b->k.dot_f32(row, s->x + t * n, n) + bias;
+        }
+    }
+}
+
+#ifdef TD_HAVE_OPENBLAS
+static void mm_gemm_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr, int th) {
+    const td_cpu_type_ops *op = &b->k.type[s->W->type];
+    const int64_t n = s->n_in;
+    float *tile = b->tile[th]; // (nr, n)
+    for (int64_t i = 0; i < nr; i++)
+        op->to_f32(s->W->type, td_tensor_row(s->W, (uint64_t)(s->row0 + r0 + i)), tile + i * n, n);
+    // y[:, r0 .. r0+nr) (T, nr) = x (T, n) . tile^T
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, (int)s->T, (int)nr, (int)n, 1.0f, s->x, (int)n, tile, (int)n,
+                0.0f, s->y + r0, (int)s->ldy);
+    if (s->bias)
+        for (int64_t t = 0; t < s->T; t++)
+            for (int64_t i = 0; i < nr; i++) s->y[t * s->ldy + r0 + i] += s->bias[r0 + i];
+}
+#endif
+
+static void mm_task(void *ctx, int64_t task, int th) {
+    const mm_job *j = ctx;
+    // segments are in task order; find the last one starting at or before `task`
+    int lo = 0, hi = j->n_segs - 1;
+    while (lo < hi) {
+        const int mid = (lo + hi + 1) / 2;
+        if (j->segs[mid].task0 <= task) lo = mid;
+        else hi = mid - 1;
+    }
+    const mm_seg *s = &j->segs[lo];
+    const int64_t r0 = (task - s->task0) * s->chunk;
+    const int64_t nr = s->n_out - r0 < s->chunk ? s->n_out - r0 : s->chunk;
+#ifdef TD_HAVE_OPENBLAS
+    if (s->gemm) {
+        mm_gemm_rows(j->b, s, r0, nr, th);
+        return;
+    }
+#endif
+    mm_dot_rows(j->b, s, r0, nr, th);
+}
+
+/* Appends a segment to the job being built in b->segs. */
+/* Appends a segment reading rows r0 .. r0+T-1 of the input `in`. */
+static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row0, int64_t n_out, const cpu_in *in,
+                    int64_t r0, int64_t T, float *y, int64_t ldy, const float *bias, int allow_gemm) {
+    TD_ASSERT(*n_segs < b->max_segs && W->ne[0] <= b->max_in && (uint64_t)(row0 + n_out) <= W->n_rows);
+    TD_ASSERT(in->n == W->ne[0]);
+    mm_seg *s = &b->segs[*n_segs];
+    const mm_seg *prev = *n_segs ? &b->segs[*n_segs - 1] : NULL;
+    const int64_t n = in->n, ns = n / TD_CPU_XSUM_GROUP;
+    const td_cpu_type_ops *op = &b->k.type[W->type];
+    *s = (mm_seg){.W = W, .row0 = row0, .n_out = n_out, .n_in = n, .T = T, .y = y, .ldy = ldy, .bias = bias};
+#ifdef TD_HAVE_OPENBLAS
+    // the choice depends on T only: the same rows give the same bits whatever the thread count
+    s->gemm = allow_gemm && T >= b->gemm_min_t;
+#else
+    (void)allow_gemm;
+#endif
+    if (b->act_q8 && td_cpu_act_q8_applies(W->type)) {
+        // the profile's activations x' = d*q: as codes for an integer kernel, else as floats
+        s->use_q8 = !s->gemm && op->dot_q8;
+        s->xq = (td_cpu_xq8){in->q + r0 * n, in->d + r0 * ns, in->d16 + 2 * r0 * ns, in->d32 + r0 * ns};
+        s->x = in->xd + r0 * n;
+        s->xsum = in->xds + r0 * ns;
+    } else {
+        s->x = in->x + r0 * n;
+        s->xsum = in->xs + r0 * ns;
+    }
+    if (!op->needs_xsum) s->xsum = NULL;
+    if (s->gemm) {
+        s->chunk = tile_rows(s->n_in);
+    } else {
+        // rows per task only balances the load; results do not depend on it
+        s->chunk = n_out / (8 * (int64_t)b->n_threads);
+        if (s->chunk < 8) s->chunk = 8;
+    }
+    s->task0 = prev ? prev->task0 + prev->n_tasks : 0;
+    s->n_tasks = (n_out + s->chunk - 1) / s->chunk;
+    (*n_segs)++;
+}
+
+static void mm_run(cpu_backend *b, int n_segs) {
+    if (!n_segs) return;
+    mm_job j = {b, b->segs, n_segs};
+    const mm_seg *last = &b->segs[n_segs - 1];
+    td_cpu_pool_run(b->pool, last->task0 + last->n_tasks, mm_task, &j);
+}
+
+/* y (T, n_out) = in (T, n_in) . W[row0..)^T (+ bias): a job of one segment */
+static void matmul(cpu_backend *b, float *y, const cpu_in *in, const td_tensor *W, int64_t row0, int64_t n_out,
+                   int64_t T, const float *bias) {
+    int n = 0;
+    seg_add(b, &n, W, row0, n_out, in, 0, T, y, n_out, bias, 1);
+    mm_run(b, n);
+}
+
+/* ===================================================================== */
+/* Element-wise parts                                                     */
+/* ===================================================================== */
+
+/* Rows [r0, r0+rows) of in->x were written: derive the other forms. Rows
+ * whose n is not a multiple of 32 only feed float types (every block of a
+ * quantized type is >= 32 values), so they need none. */
+static void in_prepare(const cpu_backend *b, cpu_in *in, int64_t r0, int64_t rows) {
+    const int64_t n = in->n, ns = n / TD_CPU_XSUM_GROUP;
+    if (n % TD_CPU_XSUM_GROUP) return;
+    for (int64_t r = r0; r < r0 + rows; r++) {
+        td_cpu_xsum(in->xs + r * ns, in->x + r * n, n);
+        if (b->act_q8) {
+            td_cpu_quantize_act(in->x + r * n, n, in->q + r * n, in->d + r * ns, in->d16 + 2 * r * ns,
+                                in->d32 + r * ns, in->xd + r * n);
+            td_cpu_xsum(in->xds + r * ns, in->xd + r * n, n);
+        }
+    }
+}
+
+static void in_alloc(cpu_in *in, size_t rows, size_t n, int act_q8) {
+    const size_t ns = n / TD_CPU_XSUM_GROUP + 1, fs = sizeof(float);
+    in->n = (int64_t)n;
+    in->x = td_xcalloc(rows * n, fs);
+    in->xs = td_xcalloc(rows * ns, fs);
+    if (act_q8) {
+        in->q = td_xcalloc(rows * n, 1);
+        in->d = td_xcalloc(rows * ns, fs);
+        in->d16 = td_xcalloc(2 * rows * ns, fs);
+        in->d32 = td_xcalloc(rows * ns, fs);
+        in->xd = td_xcalloc(rows * n, fs);
+        in->xds = td_xcalloc(rows * ns, fs);
+    }
+}
+
+static void in_free(cpu_in *in) {
+    free(in->x), free(in->xs), free(in->q), free(in->d), free(in->d16), free(in->d32), free(in->xd), free(in->xds);
+    memset(in, 0, sizeof *in);
+}
+
+/* out (rows, n) = RMSNorm of each row of x with w (n) (primitives §1). The
+ * sum of squares is accumulated in double: cheap, and it keeps this step's
+ * error far below the matmuls'. out may alias x. */
+static void rmsnorm_rows(float *out, const float *x, const float *w, float eps, int64_t rows, int64_t n) {
+    for (int64_t r = 0; r < rows; r++) {
+        const float *xr = x + r * n;
+        float *o = out + r * n;
+        double ss = 0;
+        for (int64_t i = 0; i < n; i++) ss += (double)xr[i] * xr[i];
+        const float inv = (float)(1.0 / sqrt(ss / (double)n + (double)eps));
+        for (int64_t i = 0; i < n; i++) o[i] = w[i] * (xr[i] * inv);
+    }
+}
+
+static void softmax_f32(float *out, const float *x, int64_t n) {
+    float max = x[0];
+    for (int64_t i = 1; i < n; i++)
+        if (x[i] > max) max = x[i];
+    float sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        out[i] = expf(x[i] - max);
+        sum += out[i];
+    }
+    const float inv = 1.0f / sum;
+    for (int64_t i = 0; i < n; i++) out[i] *= inv;
+}
+
+static float silu(float g) {
+    return g / (1.0f + expf(-g));
+}
+
+/* YaRN correction dimension for beta rotations (primitives §2.3) */
+static double yarn_corr_dim(double beta, const td_hparams *hp) {
+    return (double)hp->rope_dims * log((double)hp->rope_n_ctx_orig / (2 * M_PI * beta)) /
+           (2 * log((double)hp->rope_base));
+}
+
+/* rope_c/rope_s (T, R/2) = m*cos(theta), m*sin(theta) of each token's
+ * angles, in double then rounded once (primitives §2, §2.3) */
+static void rope_tables(cpu_backend *b, int64_t T, int64_t pos0) {
+    const td_hparams *hp = &b->hp;
+    const int64_t half = hp->rope_dims / 2;
+    const int yarn = hp->rope_scaling == TD_ROPE_SCALING_YARN;
+    const double freq_scale = hp->rope_scaling == TD_ROPE_SCALING_NONE ? 1.0 : (double)hp->rope_freq_scale;
+    double m = hp->rope_attn_factor, lo = 0, hi = 0;
+    if (yarn) {
+        const double factor = 1 / freq_scale;
+        if (factor > 1) m *= 1 + 0.1 * log(factor);
+        lo = floor(yarn_corr_dim(32, hp)); // beta_fast
+        if (lo < 0) lo = 0;
+        hi = ceil(yarn_corr_dim(1, hp)); // beta_slow
+        if (hi > (double)(hp->rope_dims - 1)) hi = (double)(hp->rope_dims - 1);
+    }
+    for (int64_t i = 0; i < half; i++) {
+        const double omega = pow((double)hp->rope_base, -(double)(2 * i) / (double)hp->rope_dims);
+        double mix = 0;
+        if (yarn) {
+            const double span = hi - lo < 0.001 ? 0.001 : hi - lo;
+            double r = ((double)i - lo) / span;
+            r = r < 0 ? 0 : r > 1 ? 1 : r;
+            mix = 1 - r;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            double extrap = (double)(pos0 + t) * omega;
+            if (b->rope_ff) extrap /= b->rope_ff[i];
+            const double interp = freq_scale * extrap;
+            const double theta = yarn ? interp * (1 - mix) + extrap * mix : interp;
+            b->a.rope_c[t * half + i] = (float)(m * cos(theta));
+            b->a.rope_s[t * half + i] = (float)(m * sin(theta));
+        }
+    }
+}
+
+/* rotates x (T, n_heads*D) in place with the tables */
+static void rope_apply(cpu_backend *b, float *x, int64_t T, int64_t n_heads) {
+    const td_hparams *hp = &b->hp;
+    const int64_t D = hp->head_dim, half = hp->rope_dims / 2;
+    const int norm = hp->rope_type == TD_ROPE_NORM;
+    for (int64_t t = 0; t < T; t++) {
+        const float *c = b->a.rope_c + t * half, *s = b->a.rope_s + t * half;
+        for (int64_t h = 0; h < n_heads; h++) {
+            float *xh = x + (t * n_heads + h) * D;
+            for (int64_t i = 0; i < half; i++) {
+                // NORM pairs adjacent values; NEOX the two halves of the rotated span
+                const int64_t ia = norm ? 2 * i : i, ib = norm ? 2 * i + 1 : i + half;
+                const float u = xh[ia], v = xh[ib];
+                xh[ia] = u * c[i] - v * s[i];
+                xh[ib] = u * s[i] + v * c[i];
+            }
+        }
+    }
+}
+
+/* ===================================================================== */
+/* Attention: one task per (token, head)                                  */
+/* ===================================================================== */
+
+typedef struct attn_job {
+    cpu_backend *b;
+    int l;
+    int64_t T, pos0;
+} attn_job;
+
+static void attn_task(void *ctx, int64_t task, int th) {
+    const attn_job *j = ctx;
+    cpu_backend *b = j->b;
+    const int64_t H = b->hp.n_head, Hkv = b->hp.n_head_kv, D = b->hp.head_dim;
+    const int64_t t = task / H, h = task % H;
+    const int64_t g = h / (H / Hkv); // consecutive query heads share a KV head
+    const int64_t n = j->pos0 + t + 1; // causal: positions 0..pos, the token itself included
+    const float *q = b->a.q + (t * H + h) * D;
+    const float *kc = b->k_cache[j->l] + g * D, *vc = b->v_cache[j->l] + g * D;
+    const float scale = (float)(1.0 / sqrt((double)D));
+    float *att = b->att[th];
+    for (int64_t s = 0; s < n; s++) att[s] = scale * b->k.dot_f32(q, kc + s * Hkv * D, D);
+    softmax_f32(att, att, n);
+    float *o = b->a.ctx.x + (t * H + h) * D;
+    memset(o, 0, (size_t)D * sizeof *o);
+    for (int64_t s = 0; s < n; s++) b->k.axpy_f32(o, att[s], vc + s * Hkv * D, D);
+}
+
+/* ===================================================================== */
+/* The forward                                                            */
+/* ===================================================================== */
+
+static void tap2(td_tap_sink *s, int layer, const char *name, const float *data, int64_t d0, int64_t d1) {
+    const int64_t shape[2] = {d0, d1};
+    TD_TAP(s, layer, name, TD_DT_F32, data, 2, shape);
+}
+
+/* a->x (T, E) -> a->proj (T, E) = attn_out of layer l */
+static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap_sink *sink) {
+    const td_hparams *hp = &b->hp;
+    const td_layer *L = &b->m->layers[l];
+    const cpu_layer *CL = &b->layers[l];
+    cpu_acts *a = &b->a;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
+    const int64_t HD = H * D, KD = Hkv * D;
+
+    rmsnorm_rows(a->xn.x, a->x, CL->attn_norm, hp->rms_eps, T, E);
+    tap2(sink, l, "attn_norm", a->xn.x, T, E);
+    in_prepare(b, &a->xn, 0, T);
+
+    int n = 0;
+    if (L->wqkv) { // fused: output rows are [Q; K; V]
+        seg_add(b, &n, L->wqkv, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
+        seg_add(b, &n, L->wqkv, HD, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
+        seg_add(b, &n, L->wqkv, HD + KD, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+    } else {
+        seg_add(b, &n, L->wq, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
+        seg_add(b, &n, L->wk, 0, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
+        seg_add(b, &n, L->wv, 0, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+    }
+    mm_run(b, n);
+    tap2(sink, l, "attn_q", a->q, T, HD);
+    tap2(sink, l, "attn_k", a->k, T, KD);
+    tap2(sink, l, "attn_v", a->v, T, KD);
+
+    if (CL->q_norm) { // qwen3 family: per-head RMSNorm before RoPE
+        rmsnorm_rows(a->q, a->q, CL->q_norm, hp->rms_eps, T * H, D);
+        tap2(sink, l, "attn_q_norm", a->q, T, HD);
+    }
+    if (CL->k_norm) {
+        rmsnorm_rows(a->k, a->k, CL->k_norm, hp->rms_eps, T * Hkv, D);
+        tap2(sink, l, "attn_k_norm", a->k, T, KD);
+    }
+    rope_apply(b, a->q, T, H);
+    rope_apply(b, a->k, T, Hkv);
+    tap2(sink, l, "attn_q_rope", a->q, T, HD);
+    tap2(sink, l, "attn_k_rope", a->k, T, KD);
+
+    memcpy(b->k_cache[l] + pos0 * KD, a->k, (size_t)(T * KD) * sizeof(float));
+    memcpy(b->v_cache[l] + pos0 * KD, a->v, (size_t)(T * KD) * sizeof(float));
+    attn_job aj = {b, l, T, pos0};
+    td_cpu_pool_run(b->pool, T * H, attn_task, &aj);
+    tap2(sink, l, "attn_ctx", a->ctx.x, T, HD);
+
+    in_prepare(b, &a->ctx, 0, T);
+    matmul(b, a->proj, &a->ctx, L->wo, 0, E, T, CL->bo);
+    tap2(sink, l, "attn_out", a->proj, T, E);
+}
+
+/* dense SwiGLU: a->xn (T, E) -> a->proj (T, E) */
+static void ffn_dense(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
+    const td_layer *L = &b->m->layers[l];
+    cpu_acts *a = &b->a;
+    const int64_t E = b->hp.n_embd, F = b->hp.n_ff;
+    int n = 0;
+    seg_add(b, &n, L->ffn_gate, 0, F, &a->xn, 0, T, a->gate, F, NULL, 1);
+    seg_add(b, &n, L->ffn_up, 0, F, &a->xn, 0, T, a->up, F, NULL, 1);
+    mm_run(b, n);
+    tap2(sink, l, "ffn_gate", a->gate, T, F);
+    tap2(sink, l, "ffn_up", a->up, T, F);
+    for (int64_t i = 0; i < T * F; i++) a->act.x[i] = silu(a->gate[i]) * a->up[i];
+    tap2(sink, l, "ffn_act", a->act.x, T, F);
+    in_prepare(b, &a->act, 0, T);
+    matmul(b, a->proj, &a->act, L->ffn_down, 0, E, T, NULL);
+}
+
+/* top-K of probs (X), largest first; among equal probabilities the lower
+ * index ranks first; weights renormalised by max(sum, 2^-14) (primitives §5) */
+static void moe_route(int32_t *topk, float *w, const float *probs, int64_t X, int64_t K) {
+    for (int64_t j = 0; j < K; j++) {
+        int64_t best = -1;
+        for (int64_t e = 0; e < X; e++) {
+            int taken = 0;
+            for (int64_t i = 0; i < j; i++) taken |= topk[i] == e;
+            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
+        }
+        topk[j] = (int32_t)best;
+    }
+    float sum = 0;
+    for (int64_t j = 0; j < K; j++) sum += probs[topk[j]];
+    const float z = sum > 0x1p-14f ? sum : 0x1p-14f;
+    for (int64_t j = 0; j < K; j++) w[j] = probs[topk[j]] / z;
+}
+
+/* softmax-routed MoE: a->xn (T, E) -> a->proj (T, E). The (token, slot)
+ * pairs are grouped by expert, so each active expert is one segment over
+ * its tokens; all gate/up segments run as one job, all down segments as
+ * another. */
+static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
+    const td_layer *L = &b->m->layers[l];
+    cpu_acts *a = &b->a;
+    const int64_t E = b->hp.n_embd, F = b->hp.n_ff, X = b->hp.n_expert, K = b->hp.n_expert_used;
+
+    // the router always takes the dot path: identical router rows then give
+    // bitwise identical logits, so planted ties stay ties
+    int n = 0;
+    seg_add(b, &n, L->ffn_gate_inp, 0, X, &a->xn, 0, T, a->moe_logits, X, NULL, 0);
+    mm_run(b, n);
+    tap2(sink, l, "moe_logits", a->moe_logits, T, X);
+    for (int64_t t = 0; t < T; t++) softmax_f32(a->moe_probs + t * X, a->moe_logits + t * X, X);
+    tap2(sink, l, "moe_probs", a->moe_probs, T, X);
+    for (int64_t t = 0; t < T; t++) moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K);
+    const int64_t shape_tk[2] = {T, K};
+    TD_TAP(sink, l, "moe_topk", TD_DT_I32, a->moe_topk, 2, shape_tk);
+    tap2(sink, l, "moe_weights", a->moe_w, T, K);
+
+    // rows [estart[e], estart[e] + ecount[e]) of xs are expert e's tokens, in token order
+    int64_t rows = 0;
+    n = 0;
+    for (int64_t e = 0; e < X; e++) {
+        a->estart[e] = rows;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t j = 0; j < K; j++)
+                if (a->moe_topk[t * K + j] == e) {
+                    memcpy(a->xs.x + rows * E, a->xn.x + t * E, (size_t)E * sizeof(float));
+                    a->route_t[rows] = (int32_t)t, a->route_j[rows] = (int32_t)j;
+                    rows++;
+                }
+        const int64_t r0 = a->estart[e], ne = a->ecount[e] = rows - r0;
+        if (!ne) continue;
+        in_prepare(b, &a->xs, r0, ne);
+        // expert e = rows e*F .. e*F+F-1 of gate/up
+        seg_add(b, &n, L->ffn_up_exps, e * F, F, &a->xs, r0, ne, a->up + r0 * F, F, NULL, 1);
+        if (L->ffn_gate_exps) seg_add(b, &n, L->ffn_gate_exps, e * F, F, &a->xs, r0, ne, a->gate + r0 * F, F, NULL, 1);
+    }
+    mm_run(b, n);
+    if (L->ffn_gate_exps)
+        for (int64_t i = 0; i < rows * F; i++) a->act.x[i] = silu(a->gate[i]) * a->up[i];
+    else // llama MoE without gate tensors: W_down . silu(W_up x)
+        for (int64_t i = 0; i < rows * F; i++) a->act.x[i] = silu(a->up[i]);
+    in_prepare(b, &a->act, 0, rows);
+
+    // expert e = rows e*E .. e*E+E-1 of ffn_down_exps
+    n = 0;
+    for (int64_t e = 0; e < X; e++) {
+        const int64_t r0 = a->estart[e];
+        if (a->ecount[e])
+            seg_add(b, &n, L->ffn_down_exps, e * E, E, &a->act, r0, a->ecount[e], a->ys + r0 * E, E, NULL, 1);
+    }
+    mm_run(b, n);
+
+    // sum per token in rank order (largest probability first)
+    memset(a->proj, 0, (size_t)(T * E) * sizeof(float));
+    for (int64_t j = 0; j < K; j++)
+        for (int64_t r = 0; r < rows; r++) {
+            if (a->route_j[r] != j) continue;
+            const int64_t t = a->route_t[r];
+            const float w = a->moe_w[t * K + j];
+            float *out = a->proj + t * E;
+            const float *y = a->ys + r * E;
+            for (int64_t i = 0; i < E; i++) out[i] += w * y[i];
+        }
+}
+
+static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap_sink *sink) {
+    const td_layer *L = &b->m->layers[l];
+    cpu_acts *a = &b->a;
+    const int64_t E = b->hp.n_embd;
+
+    attention_block(b, l, T, pos0, sink);
+    for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
+    tap2(sink, l, "ffn_inp", a->x, T, E);
+
+    rmsnorm_rows(a->xn.x, a->x, b->layers[l].ffn_norm, b->hp.rms_eps, T, E);
+    tap2(sink, l, "ffn_norm", a->xn.x, T, E);
+    in_prepare(b, &a->xn, 0, T);
+    if (L->ffn_gate_inp) ffn_moe(b, l, T, sink);
+    else ffn_dense(b, l, T, sink);
+    tap2(sink, l, "ffn_out", a->proj, T, E);
+
+    for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
+    tap2(sink, l, "out", a->x, T, E);
+}
+
+static void acts_free(cpu_acts *a) {
+    free(a->x), free(a->q), free(a->k), free(a->v);
+    in_free(&a->xn), in_free(&a->ctx), in_free(&a->act), in_free(&a->xs);
+    free(a->proj), free(a->gate), free(a->up), free(a->logits);
+    free(a->moe_logits), free(a->moe_probs), free(a->moe_topk), free(a->moe_w);
+    free(a->ys), free(a->route_t), free(a->route_j), free(a->rope_c), free(a->rope_s), free(a->tok32);
+    free(a->pos32), free(a->estart), free(a->ecount);
+    memset(a, 0, sizeof *a);
+}
+
+static void acts_ensure(cpu_backend *b, int64_t T) {
+    cpu_acts *a = &b->a;
+    if (T <= a->cap_T) return;
+    acts_free(a);
+    const td_hparams *hp = &b->hp;
+    const size_t E = hp->n_embd, HD = (size_t)hp->n_head * hp->head_dim, KD = (size_t)hp->n_head_kv * hp->head_dim;
+    const size_t F = hp->n_ff, X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab, n = (size_t)T;
+    const size_t rows = X ? n * K : n; // FFN rows: (token, slot) pairs for MoE
+    const size_t fs = sizeof(float);
+    a->cap_T = T;
+    a->x = td_xcalloc(n * E, fs);
+    in_alloc(&a->xn, n, E, b->act_q8);
+    a->q = td_xcalloc(n * HD, fs);
+    a->k = td_xcalloc(n * KD, fs);
+    a->v = td_xcalloc(n * KD, fs);
+    in_alloc(&a->ctx, n, HD, b->act_q8);
+    a->proj = td_xcalloc(n * E, fs);
+    a->gate = td_xcalloc(rows * F, fs);
+    a->up = td_xcalloc(rows * F, fs);
+    in_alloc(&a->act, rows, F, b->act_q8);
+    a->logits = td_xcalloc(n * V, fs);
+    a->rope_c = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
+    a->rope_s = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
+    a->tok32 = td_xcalloc(n, sizeof(int32_t));
+    a->pos32 = td_xcalloc(n, sizeof(int32_t));
+    if (X) {
+        a->moe_logits = td_xcalloc(n * X, fs);
+        a->moe_probs = td_xcalloc(n * X, fs);
+        a->moe_topk = td_xcalloc(n * K, sizeof(int32_t));
+        a->moe_w = td_xcalloc(n * K, fs);
+        in_alloc(&a->xs, rows, E, b->act_q8);
+        a->ys = td_xcalloc(rows * E, fs);
+        a->route_t = td_xcalloc(rows, sizeof(int32_t));
+        a->route_j = td_xcalloc(rows, sizeof(int32_t));
+        a->estart = td_xcalloc(X, sizeof(int64_t));
+        a->ecount = td_xcalloc(X, sizeof(int64_t));
+    }
+}
+
+/* Grows the KV cache and the per-thread score rows to `need` positions. */
+static void kv_ensure(cpu_backend *b, int64_t need) {
+    if (need <= b->kv_cap) return;
+    int64_t cap = b->kv_cap ? 2 * b->kv_cap : 64;
+    if (cap < need) cap = need;
+    if (cap > b->n_ctx) cap = b->n_ctx;
+    const size_t row = (size_t)b->hp.n_head_kv * b->hp.head_dim * sizeof(float);
+    for (uint32_t l = 0; l < b->hp.n_layer; l++) {
+        b->k_cache[l] = td_xrealloc(b->k_cache[l], (size_t)cap * row);
+        b->v_cache[l] = td_xrealloc(b->v_cache[l], (size_t)cap * row);
+    }
+    for (int t = 0; t < b->n_threads; t++) b->att[t] = td_xrealloc(b->att[t], (size_t)cap * sizeof(float));
+    b->kv_cap = cap;
+}
+
+static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink,
+                       double *logits, td_err *err) {
+    cpu_backend *b = (cpu_backend *)base;
+    const td_hparams *hp = &b->hp;
+    const int64_t E = hp->n_embd, V = hp->n_vocab;
+
+    if (T < 1) return td_err_set(err, TD_EINPUT, NAME ": a forward needs at least one token, got %lld", (long long)T);
+    if (pos0 != b->n_past)
+        return td_err_set(err, TD_EINPUT,
+                          NAME ": positions must continue the sequence: expected pos0 = %lld, got %lld "
+                               "(reset to start a new sequence)",
+                          (long long)b->n_past, (long long)pos0);
+    if (pos0 + T > b->n_ctx)
+        return td_err_set(err, TD_EINPUT, NAME ": KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
+                          (long long)b->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
+    for (int64_t t = 0; t < T; t++)
+        if (tokens[t] < 0 || tokens[t] >= V)
+            return td_err_set(err, TD_EINPUT, NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
+                              (long long)t, tokens[t], (long long)V);
+
+    acts_ensure(b, T);
+    kv_ensure(b, pos0 + T);
+    cpu_acts *a = &b->a;
+    for (int64_t t = 0; t < T; t++) {
+        a->tok32[t] = tokens[t];
+        a->pos32[t] = (int32_t)(pos0 + t);
+    }
+    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, a->tok32, 1, &T);
+    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, a->pos32, 1, &T);
+
+    const td_tensor *emb = b->m->tok_embd;
+    for (int64_t t = 0; t < T; t++)
+        b->k.type[emb->type].to_f32(emb->type, td_tensor_row(emb, (uint64_t)tokens[t]), a->x + t * E, E);
+    tap2(sink, -1, "inp.embd", a->x, T, E);
+
+    rope_tables(b, T, pos0);
+    for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(b, (int)l, T, pos0, sink);
+
+    rmsnorm_rows(a->xn.x, a->x, b->out_norm, hp->rms_eps, T, E);
+    tap2(sink, -1, "out.norm", a->xn.x, T, E);
+    in_prepare(b, &a->xn, 0, T);
+    // output.weight, or token_embd.weight when tied (the model binds either)
+    matmul(b, a->logits, &a->xn, b->m->output, 0, V, T, NULL);
+    tap2(sink, -1, "out.logits", a->logits, T, V);
+    for (int64_t i = 0; i < T * V; i++) logits[i] = (double)a->logits[i];
+
+    b->n_past = pos0 + T;
+    for (int64_t t = 0; t < T; t++) {
+        if (b->n_hist == TD_REF_HIST_W) {
+            memmove(b->hist, b->hist + 1, (TD_REF_HIST_W - 1) * sizeof b->hist[0]);
+            b->n_hist--;
+        }
+        b->hist[b->n_hist++] = tokens[t];
+    }
+    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, b->hist, 1, &b->n_hist);
+    return TD_OK;
+}
+
+/* ===================================================================== */
+/* Open / close                                                           */
+/* ===================================================================== */
+
+static void cpu_reset(td_backend *base) {
+    cpu_backend *b = (cpu_backend *)base;
+    b->n_past = 0;
+    b->n_hist = 0;
+}
+
+static void free_layer(cpu_layer *l) {
+    free(l->attn_norm), free(l->ffn_norm), free(l->q_norm), free(l->k_norm);
+    free(l->bq), free(l->bk), free(l->bv), free(l->bo);
+}
+
+static void cpu_close(td_backend *base) {
+    cpu_backend *b = (cpu_backend *)base;
+    if (!b) return;
+    td_cpu_pool_free(b->pool);
+    for (uint32_t l = 0; b->k_cache && l < b->hp.n_layer; l++) free(b->k_cache[l]), free(b->v_cache[l]);
+    for (uint32_t l = 0; b->layers && l < b->hp.n_layer; l++) free_layer(&b->layers[l]);
+    for (int t = 0; t < b->n_threads; t++) {
+        if (b->tile) free(b->tile[t]);
+        if (b->rowbuf) free(b->rowbuf[t]);
+        if (b->att) free(b->att[t]);
+    }
+    free(b->k_cache), free(b->v_cache), free(b->layers), free(b->out_norm), free(b->rope_ff);
+    free(b->tile), free(b->rowbuf), free(b->att), free(b->segs);
+    acts_free(&b->a);
+    free(b);
+}
+
+static const char *cpu_version(const td_backend *base) {
+    return ((const cpu_backend *)base)->version;
+}
+
+/* A matrix the forward reads: present, rows of n_in values, >= n_rows rows,
+ * and a type the kernels can read. */
+static int check_matrix(const td_cpu_kernels *k, const td_tensor *t, const char *what, int l, int64_t n_in,
+                        int64_t n_rows, td_err *err) {
+    if (!t && l < 0) return td_err_set(err, TD_EINPUT, NAME ": the model has no %s tensor", what);
+    if (!t) return td_err_set(err, TD_EINPUT, NAME ": layer %d has no %s tensor", l, what);
+    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
+        return td_err_set(err, TD_EINPUT,
+                          NAME ": tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, %llu rows",
+                          t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
+                          (unsigned long long)t->n_rows);
+    if (t->type < 0 || t->type >= TD_TYPE_COUNT || !k->type[t->type].to_f32)
+        return td_err_set(err, TD_EINPUT, NAME ": tensor %s: type %s has no decoder (expected a ggml weight type)",
+                          t->cname, td_type_name(t->type));
+    return TD_OK;
+}
+
+/* A 1-D vector (norm weight, bias) decoded to f32: elements [off, off+n). */
+static int load_vec(const td_cpu_kernels *k, float **out, const td_tensor *t, const char *what, int l, int64_t off,
+                    int64_t n, td_err *err) {
+    *out = NULL;
+    if (!t) return TD_OK;
+    int rc = check_matrix(k, t, what, l, t->ne[0], 1, err);
+    if (rc) return rc;
+    if (t->ne[0] < off + n)
+        return td_err_set(err, TD_EINPUT, NAME ": tensor %s: expected at least %lld values, found %lld", t->cname,
+                          (long long)(off + n), (long long)t->ne[0]);
+    float *row = td_xmalloc((size_t)t->ne[0] * sizeof(float));
+    k->type[t->type].to_f32(t->type, td_tensor_row(t, 0), row, t->ne[0]);
+    *out = td_xmalloc((size_t)n * sizeof(float));
+    memcpy(*out, row + off, (size_t)n * sizeof(float));
+    free(row);
+    return TD_OK;
+}
+
+static int load_model(cpu_backend *b, td_err *err) {
+    const td_model *m = b->m;
+    const td_hparams *hp = &b->hp;
+    const td_cpu_kernels *k = &b->k;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab, HD = H * D, KD = Hkv * D;
+    int rc;
+    if (hp->arch != TD_ARCH_LLAMA && hp->arch != TD_ARCH_QWEN3 && hp->arch != TD_ARCH_QWEN3MOE)
+        return td_err_set(err, TD_EINPUT, NAME ": architecture %s is not supported", td_arch_name(hp->arch));
+    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
+        return td_err_set(err, TD_EINPUT, NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
+                          (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
+    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
+        return td_err_set(err, TD_EINPUT, NAME ": rope dims R=%u must be even and <= head dim %lld", hp->rope_dims,
+                          (long long)D);
+    if (X > 0 && (K < 1 || K > X))
+        return td_err_set(err, TD_EINPUT, NAME ": expert_used_count %lld must be in 1..expert_count %lld", (long long)K,
+                          (long long)X);
+    if ((rc = check_matrix(k, m->tok_embd, "token_embd", -1, E, V, err))) return rc;
+    if ((rc = check_matrix(k, m->output, "output", -1, E, V, err))) return rc;
+    if ((rc = load_vec(k, &b->out_norm, m->output_norm, "output_norm", -1, 0, E, err))) return rc;
+    if (!b->out_norm) return td_err_set(err, TD_EINPUT, NAME ": the model has no output_norm tensor");
+    if ((rc = load_vec(k, &b->rope_ff, m->rope_freqs, "rope_freqs", -1, 0, hp->rope_dims / 2, err))) return rc;
+
+    b->layers = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof *b->layers);
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        const td_layer *L = &m->layers[i];
+        cpu_layer *C = &b->layers[i];
+        const int l = (int)i;
+        if ((rc = load_vec(k, &C->attn_norm, L->attn_norm, "attn_norm", l, 0, E, err))) return rc;
+        if ((rc = load_vec(k, &C->ffn_norm, L->ffn_norm, "ffn_norm", l, 0, E, err))) return rc;
+        if (!C->attn_norm || !C->ffn_norm)
+            return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks %s", l, C->attn_norm ? "ffn_norm" : "attn_norm");
+        if ((rc = load_vec(k, &C->q_norm, L->q_norm, "attn_q_norm", l, 0, D, err))) return rc;
+        if ((rc = load_vec(k, &C->k_norm, L->k_norm, "attn_k_norm", l, 0, D, err))) return rc;
+        if (L->wqkv) {
+            if ((rc = check_matrix(k, L->wqkv, "attn_qkv", l, E, HD + 2 * KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bq, L->bqkv, "attn_qkv.bias", l, 0, HD, err))) return rc;
+            if ((rc = load_vec(k, &C->bk, L->bqkv, "attn_qkv.bias", l, HD, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bv, L->bqkv, "attn_qkv.bias", l, HD + KD, KD, err))) return rc;
+        } else {
+            if ((rc = check_matrix(k, L->wq, "attn_q", l, E, HD, err))) return rc;
+            if ((rc = check_matrix(k, L->wk, "attn_k", l, E, KD, err))) return rc;
+            if ((rc = check_matrix(k, L->wv, "attn_v", l, E, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bq, L->bq, "attn_q.bias", l, 0, HD, err))) return rc;
+            if ((rc = load_vec(k, &C->bk, L->bk, "attn_k.bias", l, 0, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bv, L->bv, "attn_v.bias", l, 0, KD, err))) return rc;
+        }
+        if ((rc = check_matrix(k, L->wo, "attn_output", l, HD, E, err))) return rc;
+        if ((rc = load_vec(k, &C->bo, L->bo, "attn_output.bias", l, 0, E, err))) return rc;
+        if (L->ffn_gate_inp) {
+            if (X < 1) return td_err_set(err, TD_EINPUT, NAME ": layer %d has a router but expert_count is 0", l);
+            if ((rc = check_matrix(k, L->ffn_gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn_up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+            if (L->ffn_gate_exps && (rc = check_matrix(k, L->ffn_gate_exps, "ffn_gate_exps", l, E, X * F, err)))
+                return rc;
+            if ((rc = check_matrix(k, L->ffn_down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+        } else {
+            if ((rc = check_matrix(k, L->ffn_gate, "ffn_gate", l, E, F, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn_up, "ffn_up", l, E, F, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn_down, "ffn_down", l, F, E, err))) return rc;
+        }
+    }
+    return TD_OK;
+}
+
+static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
+
+const td_backend_vt td_cpu_backend = {
+    .name = NAME,
+    .precision = "f32",
+    .open = cpu_open,
+    .forward = cpu_forward,
+    .reset = cpu_reset,
+    .close = cpu_close,
+    .version = cpu_version,
+};
+
+static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+    *out = NULL;
+    if (p && p->inject && p->inject[0])
+        return td_err_set(err, TD_EINPUT, NAME ": fault injection '%s' is not implemented in the cpu backend", p->inject);
+    const char *profile = p && p->profile && p->profile[0] ? p->profile : "native";
+    if (strcmp(profile, "native") && strcmp(profile, "act-q8"))
+        return td_err_set(err, TD_EINPUT,
+                          NAME ": arithmetic profile '%s' is not supported (expected native: f32 activations, or "
+                               "act-q8: activations of quantized matmuls rounded to 8 bits per 32 values)",
+                          profile);
+    if (p && p->threads < 0) return td_err_set(err, TD_EINPUT, NAME ": threads must be >= 0, got %d", p->threads);
+
+    cpu_backend *b = td_xcalloc(1, sizeof *b);
+    b->base.vt = &td_cpu_backend;
+    b->m = m;
+    b->hp = m->hp;
+    b->act_q8 = !strcmp(profile, "act-q8");
+    td_cpu_kernels_init(&b->k, getenv("XX_C") ? TD_CPU_ISA_C : TD_CPU_ISA_AVX2);
+    if (getenv("XX_NOQ4K")) b->k.type[TD_TYPE_Q4_K].dot_q8 = NULL;
+    int rc = load_model(b, err);
+    if (rc) {
+        cpu_close(&b->base);
+        return rc;
+    }
+    const td_hparams *hp = &b->hp;
+
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    b->n_threads = p && p->threads > 0 ? p->threads : ncpu > 0 ? (int)ncpu : 1;
+    b->pool = td_cpu_pool_new(b->n_threads);
+    if (!b->pool) {
+        cpu_close(&b->base);
+        return td_err_set(err, TD_EINTERNAL, NAME ": could not start %d threads", b->n_threads);
+    }
+    b->gemm_min_t = TD_CPU_GEMM_MIN_T;
+    const char *env = getenv("TD_CPU_GEMM_MIN_T");
+    if (env && atoll(env) > 0) b->gemm_min_t = atoll(env);
+#ifdef TD_HAVE_OPENBLAS
+    // sgemm runs inside our tasks: one OpenBLAS thread, so a tile's result
+    // never depends on how OpenBLAS would split it
+    openblas_set_num_threads(1);
+#endif
+
+    b->n_ctx = p && p->n_ctx ? p->n_ctx : hp->n_ctx_train;
+    if (b->n_ctx < 1) b->n_ctx = 4096;
+    const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
+    b->max_in = E > HD ? E : HD;
+    if (F > b->max_in) b->max_in = F;
+    b->tile_cap = tile_rows(b->max_in) * b->max_in;
+    for (int64_t n = 1; n <= b->max_in; n++) // the largest tile over every n_in up to max_in
+        if (tile_rows(n) * n > b->tile_cap) b->tile_cap = tile_rows(n) * n;
+    b->tile = td_xcalloc((size_t)b->n_threads, sizeof(float *));
+    b->rowbuf = td_xcalloc((size_t)b->n_threads, sizeof(float *));
+    b->att = td_xcalloc((size_t)b->n_threads, sizeof(float *));
+    for (int t = 0; t < b->n_threads; t++) {
+#ifdef TD_HAVE_OPENBLAS
+        b->tile[t] = td_xmalloc((size_t)b->tile_cap * sizeof(float));
+#endif
+        b->rowbuf[t] = td_xmalloc((size_t)b->max_in * sizeof(float));
+    }
+    b->max_segs = 2 * (int)hp->n_expert + 4;
+    if (b->max_segs < 8) b->max_segs = 8;
+    b->segs = td_xcalloc((size_t)b->max_segs, sizeof *b->segs);
+    b->k_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
+    b->v_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
+
+    snprintf(b->version, sizeof b->version,
+             "tapdiff " TD_VERSION " (" TD_GIT_REV ") cpu: profile %s, f32 KV cache, kernels %s, %d threads, "
+             "prefill %s",
+             b->act_q8 ? "act-q8 (activations of quantized matmuls rounded to 8 bits per 32 values)"
+                       : "native (f32 activations)",
+             td_cpu_isa_name(b->k.isa), b->n_threads,
+#ifdef TD_HAVE_OPENBLAS
+             b->gemm_min_t > 1 ? "openblas sgemm for T >= gemm_min_t" : "openblas sgemm"
+#else
+             "dot kernels (built without OpenBLAS)"
+#endif
+    );
+#ifdef TD_HAVE_OPENBLAS
+    {
+        size_t len = strlen(b->version);
+        snprintf(b->version + len, sizeof b->version - len, " (gemm_min_t = %lld)", (long long)b->gemm_min_t);
+    }
+#endif
+    *out = &b->base;
+    return TD_OK;
+}

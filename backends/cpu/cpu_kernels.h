@@ -1,0 +1,125 @@
+/* tapdiff cpu backend: the kernel table. One entry per ggml weight type: a
+ * dot product of one stored weight row with an f32 activation vector
+ * (dequantized in registers, never through memory), and a row decoder into
+ * f32 for the prefill GEMM tiles. As in dav1d's DSP tables the portable C
+ * versions fill the table first and CPU-specific code overrides entries
+ * (AVX2+FMA+F16C, chosen at run time), so every entry always exists in its
+ * simplest form, and the tests can run both side by side.
+ *
+ * Arithmetic profiles:
+ *   "native"  activations stay f32; every product w_i * x_i uses the exactly
+ *             decoded weight, sums are f32 (the `dot` entries);
+ *   "act-q8"  (opt-in, declared) the activation row entering a matmul with a
+ *             block-quantized weight is first rounded to 8 bits per 32
+ *             values (td_cpu_quantize_act below: x' = d*q), and the product
+ *             with the codes is exact integer arithmetic per block, scaled
+ *             in f32 (the `dot_q8` entries), as llama.cpp's CPU matmuls do
+ *             (quants.md §8; the rounding rule is ours, documented below, so
+ *             that ref32 can emulate it by computing with x'). */
+#ifndef TD_CPU_KERNELS_H
+#define TD_CPU_KERNELS_H
+
+#include <stdint.h>
+
+#include "types.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+/* Sums of x over consecutive groups of 32 values, prepared once per
+ * activation vector: the K-quant minimum terms need Σx per sub-block
+ * (y = d*sc*q - dmin*mn  =>  Σ y x = d*sc Σ q x - dmin*mn Σ x). */
+#define TD_CPU_XSUM_GROUP 32
+
+/* dot of n values: w = one stored row (n / B blocks), x (n), xsum (n/32)
+ * (only read by types with needs_xsum; may be NULL otherwise). */
+typedef float (*td_cpu_dot_fn)(const void *w, const float *x, const float *xsum, int64_t n);
+/* decode n values of one stored row of type `type` into dst (n); the
+ * specialised decoders ignore `type`. The result is the exact value rounded
+ * once to float, as td_decode_row_f32. */
+typedef void (*td_cpu_row_fn)(int type, const void *w, float *dst, int64_t n);
+
+/* An activation row quantized for the act-q8 profile: n values in blocks of
+ * 32, block j: d[j] = max|x| / 127 (f32; 0 for an all-zero block) and
+ * q[32j + i] = round-half-even(x * (127 / max|x|)) in -127..127, so
+ * x' = d * q. dsum16/dsum32 = d * (sum of q over 16 / 32 values), the sums
+ * the offset and minimum terms of the weight formats need. */
+typedef struct td_cpu_xq8 {
+    const int8_t *q;      /* (n) */
+    const float *d;       /* (n/32) */
+    const float *dsum16;  /* (n/16) */
+    const float *dsum32;  /* (n/32) */
+} td_cpu_xq8;
+
+/* dot of one stored row with an act-q8 row (n values) */
+typedef float (*td_cpu_dot_q8_fn)(const void *w, const td_cpu_xq8 *x, int64_t n);
+
+typedef struct td_cpu_type_ops {
+    td_cpu_dot_fn dot;       /* NULL: no direct kernel; decode the row, then dot_f32 */
+    td_cpu_row_fn to_f32;    /* always set for a decodable type */
+    int needs_xsum;
+    td_cpu_dot_q8_fn dot_q8; /* act-q8 kernel; NULL: use dot (or to_f32) on x' = d*q */
+} td_cpu_type_ops;
+
+typedef enum td_cpu_isa {
+    TD_CPU_ISA_C = 0,    /* portable C only */
+    TD_CPU_ISA_AVX2 = 1, /* AVX2 + FMA + F16C */
+} td_cpu_isa;
+
+typedef struct td_cpu_kernels {
+    td_cpu_isa isa; /* what was actually installed */
+    td_cpu_type_ops type[TD_TYPE_COUNT];
+    /* f32 helpers of attention and the norms */
+    float (*dot_f32)(const float *a, const float *b, int64_t n);
+    void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a x */
+} td_cpu_kernels;
+
+/* Fills k with the C kernels, then overrides with the best ISA not above
+ * `max_isa` that this CPU supports. */
+void td_cpu_kernels_init(td_cpu_kernels *k, td_cpu_isa max_isa);
+/* 1 when this CPU has AVX2, FMA and F16C. */
+int td_cpu_has_avx2(void);
+const char *td_cpu_isa_name(td_cpu_isa isa);
+
+/* xsum (n/32) of x (n); n a multiple of 32. */
+void td_cpu_xsum(float *xsum, const float *x, int64_t n);
+
+/* act-q8: quantizes x (n, a multiple of 32) into the arrays of a
+ * td_cpu_xq8 (q: n, d: n/32, dsum16: n/16, dsum32: n/32) and writes
+ * x' = d*q into xd (n) when xd is not NULL. Portable C, the profile's
+ * definition; the same in every table. */
+void td_cpu_quantize_act(const float *x, int64_t n, int8_t *q, float *d, float *dsum16, float *dsum32, float *xd);
+
+/* 1 for the weight types act-q8 quantizes activations for: every
+ * block-quantized type (not F32, F16, BF16, F64). */
+int td_cpu_act_q8_applies(int type);
+
+/* The ISA-specific table fillers (kernels_avx2.c); only call when supported. */
+void td_cpu_kernels_init_avx2(td_cpu_kernels *k);
+
+/* ---- block helpers shared by the kernel files ---------------------------- */
+
+#define TD_QK_K 256
+
+static inline uint16_t td_cpu_rd_u16(const uint8_t *p) {
+    return (uint16_t)(p[0] | (uint16_t)p[1] << 8);
+}
+
+/* The 8 scale and 8 min codes (6 bits each) packed in 12 bytes by Q4_K and
+ * Q5_K (quants.md §4). */
+static inline void td_cpu_kq_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[8]) {
+    for (int b = 0; b < 4; b++) {
+        sc[b] = s[b] & 63;
+        mn[b] = s[b + 4] & 63;
+    }
+    for (int b = 4; b < 8; b++) {
+        sc[b] = (uint8_t)((s[b + 4] & 0xF) | ((s[b - 4] >> 6) << 4));
+        mn[b] = (uint8_t)((s[b + 4] >> 4) | ((s[b] >> 6) << 4));
+    }
+}
+
+#ifdef __cplusplus
+}
+#endif
+#endif

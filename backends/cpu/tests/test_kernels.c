@@ -1,0 +1,398 @@
+/* Per-kernel checks of the cpu backend, in the spirit of dav1d's checkasm:
+ * every entry of the kernel table, in its C form and (when this CPU has
+ * AVX2+FMA+F16C) its AVX2 form, against an independent oracle, on random
+ * inputs; on a mismatch the inputs that caused it are printed.
+ *
+ * Oracle for a dot product: the model's exact f64 row decoder
+ * (td_decode_row_f64, quants.md) and a dot product in long double of the
+ * decoded row with x. Bound: the kernel sums N = n products (plus per-block
+ * scale products and minimum terms) in f32 in some order; for any order the
+ * rounding error is at most gamma_(N+8) * M (Higham, Accuracy and Stability,
+ * Thm 3.1 / Lemma 3.3), where M is the sum of the absolute values of every
+ * term the kernel adds: sum |w_i x_i|, and for the types with a minimum
+ * (y = d*sc*q - dmin*mn, or d*q + m) sum (|d*sc*q_i| + |dmin*mn|) |x_i|.
+ * A wrong nibble, scale or block order is an error of O(M), far above. */
+#include <criterion/criterion.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "cpu_kernels.h"
+#include "types.h"
+
+/* ------------------------------------------------------------------------ */
+/* Random inputs                                                              */
+
+static uint64_t rng_state;
+
+static uint64_t rnd(void) { // splitmix64
+    uint64_t z = (rng_state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+/* uniform in [-1, 1) */
+static double urnd(void) { return (double)(rnd() >> 11) * 0x1p-52 - 1.0; }
+
+static void put_f16(uint8_t *p, float v) {
+    const uint16_t h = td_f32_to_f16(v);
+    p[0] = (uint8_t)h, p[1] = (uint8_t)(h >> 8);
+}
+
+/* Offsets of the f16 fields of a block (scales, minimums): random bytes
+ * there could be inf/NaN; they get sane finite values instead. */
+static int f16_fields(int type, int off[2]) {
+    switch (type) {
+    case TD_TYPE_Q8_0: case TD_TYPE_Q4_0: case TD_TYPE_Q5_0: off[0] = 0; return 1;
+    case TD_TYPE_Q4_1: case TD_TYPE_Q5_1: case TD_TYPE_Q4_K: case TD_TYPE_Q5_K: off[0] = 0, off[1] = 2; return 2;
+    case TD_TYPE_Q2_K: off[0] = 80, off[1] = 82; return 2;
+    case TD_TYPE_Q3_K: off[0] = 108; return 1;
+    case TD_TYPE_Q6_K: off[0] = 208; return 1;
+    default: return 0;
+    }
+}
+
+/* A random row of n values of `type`: random code bytes, f16 scales in
+ * +-[2^-12, 2^-4], f16/bf16/f32 values ~U(-1, 1). */
+static uint8_t *random_row(int type, int64_t n, size_t *bytes) {
+    const td_type_info *ti = td_type_get(type);
+    *bytes = td_type_row_bytes(type, n);
+    uint8_t *w = malloc(*bytes);
+    if (type == TD_TYPE_F32) {
+        for (int64_t i = 0; i < n; i++) {
+            float v = (float)urnd();
+            memcpy(w + 4 * i, &v, 4);
+        }
+    } else if (type == TD_TYPE_F16 || type == TD_TYPE_BF16) {
+        for (int64_t i = 0; i < n; i++) {
+            const uint16_t h = type == TD_TYPE_F16 ? td_f32_to_f16((float)urnd()) : td_f32_to_bf16((float)urnd());
+            w[2 * i] = (uint8_t)h, w[2 * i + 1] = (uint8_t)(h >> 8);
+        }
+    } else {
+        for (size_t i = 0; i < *bytes; i++) w[i] = (uint8_t)rnd();
+        int off[2];
+        const int nf = f16_fields(type, off);
+        for (int64_t b = 0; b < n / ti->block_size; b++)
+            for (int f = 0; f < nf; f++)
+                put_f16(w + b * ti->block_bytes + off[f], (float)(ldexp(1.0 + urnd() * 0.5, -4 - (int)(rnd() % 9))));
+    }
+    return w;
+}
+
+/* ------------------------------------------------------------------------ */
+/* The oracle                                                                 */
+
+/* exact dot (long double over exactly decoded values) and M, the sum of the
+ * magnitudes of the terms the kernel adds (see the file comment) */
+static void oracle(int type, const uint8_t *w, const float *x, int64_t n, long double *exact, double *mass) {
+    double *y = malloc((size_t)n * sizeof *y);
+    td_err err;
+    cr_assert_eq(td_decode_row_f64(type, w, y, n, &err), TD_OK, "%s", err.msg);
+    long double s = 0;
+    double m = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += (long double)y[i] * x[i];
+        m += fabs(y[i] * x[i]);
+    }
+    // the minimum terms: the kernel adds d*sc*q*x and -dmin*mn*x separately
+    const td_type_info *ti = td_type_get(type);
+    if (type == TD_TYPE_Q4_K || type == TD_TYPE_Q5_K || type == TD_TYPE_Q2_K || type == TD_TYPE_Q4_1 ||
+        type == TD_TYPE_Q5_1) {
+        m = 0;
+        for (int64_t b = 0; b < n / ti->block_size; b++) {
+            const uint8_t *blk = w + b * ti->block_bytes;
+            double dmin = 0;
+            if (type == TD_TYPE_Q2_K) dmin = td_f16_to_f64(td_cpu_rd_u16(blk + 82));
+            else dmin = td_f16_to_f64(td_cpu_rd_u16(blk + 2));
+            // bound each value's minimum part by the largest it can be (63 codes, 15 for Q2_K)
+            const double maxmin = type == TD_TYPE_Q2_K ? 15 * fabs(dmin)
+                                  : type == TD_TYPE_Q4_K || type == TD_TYPE_Q5_K ? 63 * fabs(dmin)
+                                                                                 : fabs(dmin);
+            for (int64_t i = b * ti->block_size; i < (b + 1) * ti->block_size; i++)
+                m += (fabs(y[i]) + 2 * maxmin) * fabs((double)x[i]);
+        }
+    }
+    free(y);
+    *exact = s;
+    *mass = m;
+}
+
+static void print_inputs(const char *what, int type, const uint8_t *w, size_t bytes, const float *x, int64_t n) {
+    fprintf(stderr, "%s: type %s, n = %lld\n  w (%zu bytes):", what, td_type_name(type), (long long)n, bytes);
+    for (size_t i = 0; i < bytes; i++) fprintf(stderr, "%s%02x", i % 32 ? "" : "\n    ", w[i]);
+    fprintf(stderr, "\n  x:");
+    for (int64_t i = 0; i < n; i++) fprintf(stderr, "%s%a", i % 8 ? " " : "\n    ", (double)x[i]);
+    fputc('\n', stderr);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Dot kernels                                                                */
+
+static const int k_dot_types[] = {TD_TYPE_F32,  TD_TYPE_F16,  TD_TYPE_BF16, TD_TYPE_Q8_0, TD_TYPE_Q4_0,
+                                  TD_TYPE_Q4_1, TD_TYPE_Q5_0, TD_TYPE_Q5_1, TD_TYPE_Q2_K, TD_TYPE_Q3_K,
+                                  TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K};
+
+/* Runs every dot kernel of `isa` over random rows; returns the number of
+ * kernels checked (0 when the ISA is not available). */
+static int check_dots(td_cpu_isa isa) {
+    td_cpu_kernels k;
+    td_cpu_kernels_init(&k, isa);
+    if (k.isa != isa) return 0;
+    int checked = 0;
+    const double u = 0x1p-24;
+    for (size_t ti = 0; ti < sizeof k_dot_types / sizeof k_dot_types[0]; ti++) {
+        const int type = k_dot_types[ti];
+        const td_cpu_type_ops *op = &k.type[type];
+        cr_assert_not_null(op->dot, "%s: no %s dot kernel", td_cpu_isa_name(isa), td_type_name(type));
+        const int64_t B = td_type_get(type)->block_size;
+        // one block, a few blocks, a long row; the float types also odd lengths (tails)
+        const int64_t lens[] = {B, 3 * B, B >= 256 ? 16 * B : 128 * B, B == 1 ? 37 : 2 * B, B == 1 ? 8 : B};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++) {
+            const int64_t n = lens[li];
+            for (int rep = 0; rep < 4; rep++) {
+                size_t bytes;
+                uint8_t *w = random_row(type, n, &bytes);
+                float *x = malloc((size_t)n * sizeof *x);
+                for (int64_t i = 0; i < n; i++) x[i] = (float)urnd();
+                float *xs = calloc((size_t)(n / TD_CPU_XSUM_GROUP + 1), sizeof *xs);
+                if (n % TD_CPU_XSUM_GROUP == 0) td_cpu_xsum(xs, x, n);
+                const float got = op->dot(w, x, op->needs_xsum ? xs : NULL, n);
+                long double exact;
+                double mass;
+                oracle(type, w, x, n, &exact, &mass);
+                const double bound = (double)(n + 8) * u / (1 - (double)(n + 8) * u) * mass;
+                const double err = fabs((double)((long double)got - exact));
+                if (!(err <= bound)) { // also catches NaN
+                    print_inputs("dot mismatch", type, w, bytes, x, n);
+                    cr_assert_fail("%s dot_%s, n = %lld: got %.9g, exact %.9Lg, error %.3g > bound %.3g "
+                                   "(gamma_(n+8) * M, M = %.6g)",
+                                   td_cpu_isa_name(isa), td_type_name(type), (long long)n, (double)got, exact, err,
+                                   bound, mass);
+                }
+                free(w), free(x), free(xs);
+            }
+        }
+        checked++;
+    }
+    return checked;
+}
+
+Test(cpu_kernels, dot_c_vs_exact) {
+    rng_state = 1;
+    cr_assert_eq(check_dots(TD_CPU_ISA_C), (int)(sizeof k_dot_types / sizeof k_dot_types[0]));
+}
+
+Test(cpu_kernels, dot_avx2_vs_exact) {
+    if (!td_cpu_has_avx2()) cr_skip_test("this CPU has no AVX2+FMA+F16C");
+    rng_state = 2;
+    cr_assert_eq(check_dots(TD_CPU_ISA_AVX2), (int)(sizeof k_dot_types / sizeof k_dot_types[0]));
+}
+
+/* ------------------------------------------------------------------------ */
+/* Row decoders: exact values rounded once, so bitwise equal to the model's */
+
+static void check_rows(td_cpu_isa isa) {
+    td_cpu_kernels k;
+    td_cpu_kernels_init(&k, isa);
+    cr_assert_eq(k.isa, isa);
+    for (size_t ti = 0; ti < sizeof k_dot_types / sizeof k_dot_types[0]; ti++) {
+        const int type = k_dot_types[ti];
+        cr_assert_not_null(k.type[type].to_f32);
+        const int64_t n = 8 * td_type_get(type)->block_size + (type <= TD_TYPE_F16 || type == TD_TYPE_BF16 ? 5 : 0);
+        size_t bytes;
+        uint8_t *w = random_row(type, n, &bytes);
+        float *got = malloc((size_t)n * sizeof *got), *want = malloc((size_t)n * sizeof *want);
+        td_err err;
+        cr_assert_eq(td_decode_row_f32(type, w, want, n, &err), TD_OK, "%s", err.msg);
+        k.type[type].to_f32(type, w, got, n);
+        for (int64_t i = 0; i < n; i++)
+            if (memcmp(&got[i], &want[i], sizeof(float))) {
+                print_inputs("row decode mismatch", type, w, bytes, got, 0);
+                cr_assert_fail("%s to_f32 %s: value %lld is %a, the model's decoder gives %a", td_cpu_isa_name(isa),
+                               td_type_name(type), (long long)i, (double)got[i], (double)want[i]);
+            }
+        free(w), free(got), free(want);
+    }
+}
+
+Test(cpu_kernels, row_decode_c) {
+    rng_state = 3;
+    check_rows(TD_CPU_ISA_C);
+}
+
+Test(cpu_kernels, row_decode_avx2) {
+    if (!td_cpu_has_avx2()) cr_skip_test("this CPU has no AVX2+FMA+F16C");
+    rng_state = 4;
+    check_rows(TD_CPU_ISA_AVX2);
+}
+
+/* ------------------------------------------------------------------------ */
+/* f32 helpers and the activation sums                                        */
+
+static void check_f32_helpers(td_cpu_isa isa) {
+    td_cpu_kernels k;
+    td_cpu_kernels_init(&k, isa);
+    cr_assert_eq(k.isa, isa);
+    const double u = 0x1p-24;
+    for (int64_t n = 1; n <= 200; n += 13) {
+        float a[200], b[200], y[200], y0[200];
+        for (int64_t i = 0; i < n; i++) a[i] = (float)urnd(), b[i] = (float)urnd(), y0[i] = y[i] = (float)urnd();
+        long double exact = 0;
+        double mass = 0;
+        for (int64_t i = 0; i < n; i++) exact += (long double)a[i] * b[i], mass += fabs((double)a[i] * b[i]);
+        const float got = k.dot_f32(a, b, n);
+        cr_assert_leq(fabs((double)((long double)got - exact)), (double)(n + 8) * u * 1.01 * mass,
+                      "%s dot_f32 n = %lld: got %.9g exact %.9Lg", td_cpu_isa_name(isa), (long long)n, (double)got,
+                      exact);
+        const float s = (float)urnd();
+        k.axpy_f32(y, s, a, n);
+        for (int64_t i = 0; i < n; i++) {
+            // one multiply-add per element: fused or not, within 2 roundings of the exact value
+            const double ex = (double)y0[i] + (double)s * a[i];
+            cr_assert_leq(fabs((double)y[i] - ex), 2 * u * (fabs((double)y0[i]) + fabs((double)s * a[i])) + 1e-30,
+                          "%s axpy n = %lld, element %lld: got %a, exact %a", td_cpu_isa_name(isa), (long long)n,
+                          (long long)i, (double)y[i], ex);
+        }
+    }
+}
+
+Test(cpu_kernels, f32_helpers_c) {
+    rng_state = 5;
+    check_f32_helpers(TD_CPU_ISA_C);
+}
+
+Test(cpu_kernels, f32_helpers_avx2) {
+    if (!td_cpu_has_avx2()) cr_skip_test("this CPU has no AVX2+FMA+F16C");
+    rng_state = 6;
+    check_f32_helpers(TD_CPU_ISA_AVX2);
+}
+
+Test(cpu_kernels, xsum_is_per_32_sums) {
+    // hand-worked: x[i] = i, so group j sums 32j..32j+31 = 1024j + 496 exactly
+    float x[96], xs[3];
+    for (int i = 0; i < 96; i++) x[i] = (float)i;
+    td_cpu_xsum(xs, x, 96);
+    for (int j = 0; j < 3; j++) cr_assert_eq(xs[j], 1024.0f * (float)j + 496.0f, "group %d: %g", j, (double)xs[j]);
+}
+
+Test(cpu_kernels, table_is_filled_c_first_then_overridden) {
+    td_cpu_kernels c, best;
+    td_cpu_kernels_init(&c, TD_CPU_ISA_C);
+    td_cpu_kernels_init(&best, TD_CPU_ISA_AVX2);
+    cr_assert_eq(c.isa, TD_CPU_ISA_C);
+    cr_assert_eq(best.isa, td_cpu_has_avx2() ? TD_CPU_ISA_AVX2 : TD_CPU_ISA_C);
+    // every type the model can decode has a row decoder in both tables
+    for (int t = 0; t < TD_TYPE_COUNT; t++) {
+        const td_type_info *ti = td_type_get(t);
+        const int dec = ti && ti->can_decode;
+        cr_assert_eq(c.type[t].to_f32 != NULL, dec, "type %s", td_type_name(t));
+        cr_assert_eq(best.type[t].to_f32 != NULL, dec, "type %s", td_type_name(t));
+    }
+    if (best.isa == TD_CPU_ISA_AVX2)
+        cr_assert_neq((void *)best.type[TD_TYPE_Q4_K].dot, (void *)c.type[TD_TYPE_Q4_K].dot,
+                      "the AVX2 table still holds the C Q4_K kernel");
+}
+
+/* ------------------------------------------------------------------------ */
+/* act-q8: the activation rounding and the integer kernels                    */
+
+Test(cpu_kernels, quantize_act_hand_worked) {
+    // block 0: max |x| = 2, so d = 2/127 and x * 63.5 is rounded half to even;
+    // block 1: all zero, d = 0
+    float x[64] = {0};
+    x[0] = 2.0f, x[1] = -1.0f, x[2] = 0.5f, x[3] = 0x1p-7f, x[5] = -0.75f, x[17] = 1.5f;
+    int8_t q[64];
+    float d[2], d16[4], d32[2], xd[64];
+    td_cpu_quantize_act(x, 64, q, d, d16, d32, xd);
+    // 2*63.5 = 127; -63.5 -> -64 (even); 31.75 -> 32; 0.496 -> 0; -47.625 -> -48; 95.25 -> 95
+    const int want[6] = {127, -64, 32, 0, 0, -48};
+    for (int i = 0; i < 6; i++) cr_assert_eq(q[i], want[i], "q[%d] = %d, expected %d", i, q[i], want[i]);
+    cr_assert_eq(q[17], 95);
+    const float dd = 2.0f / 127.0f;
+    cr_assert_eq(d[0], dd);
+    cr_assert_eq(d16[0], dd * 47.0f, "dsum16[0] = %a", (double)d16[0]); // 127 - 64 + 32 - 48
+    cr_assert_eq(d16[1], dd * 95.0f);
+    cr_assert_eq(d32[0], dd * 142.0f);
+    cr_assert_eq(xd[1], dd * -64.0f);
+    cr_assert_eq(d[1], 0.0f);
+    cr_assert_eq(d32[1], 0.0f);
+    for (int i = 32; i < 64; i++) cr_assert(q[i] == 0 && xd[i] == 0.0f);
+}
+
+static const int k_q8_types[] = {TD_TYPE_Q8_0, TD_TYPE_Q4_0, TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K};
+
+/* the largest offset/minimum a value of the block can carry, the kernel's
+ * extra term per value (see oracle()) */
+static double q8_offset_bound(int type, const uint8_t *blk) {
+    switch (type) {
+    case TD_TYPE_Q4_0: return 8 * fabs(td_f16_to_f64(td_cpu_rd_u16(blk)));
+    case TD_TYPE_Q4_K: case TD_TYPE_Q5_K: return 63 * fabs(td_f16_to_f64(td_cpu_rd_u16(blk + 2)));
+    case TD_TYPE_Q6_K: return 32 * 128 * fabs(td_f16_to_f64(td_cpu_rd_u16(blk + 208)));
+    default: return 0;
+    }
+}
+
+static int check_q8_dots(td_cpu_isa isa) {
+    td_cpu_kernels k;
+    td_cpu_kernels_init(&k, isa);
+    if (k.isa != isa) return 0;
+    const double u = 0x1p-24;
+    int checked = 0;
+    for (size_t ti = 0; ti < sizeof k_q8_types / sizeof k_q8_types[0]; ti++) {
+        const int type = k_q8_types[ti];
+        const td_type_info *inf = td_type_get(type);
+        cr_assert(td_cpu_act_q8_applies(type));
+        cr_assert_not_null(k.type[type].dot_q8, "%s: no act-q8 %s kernel", td_cpu_isa_name(isa), inf->name);
+        const int64_t B = inf->block_size;
+        const int64_t lens[] = {B, 3 * B, B >= 256 ? 16 * B : 128 * B};
+        for (size_t li = 0; li < 3; li++) {
+            const int64_t n = lens[li];
+            for (int rep = 0; rep < 4; rep++) {
+                size_t bytes;
+                uint8_t *w = random_row(type, n, &bytes);
+                float *x = malloc((size_t)n * sizeof *x), *d = malloc((size_t)n / 32 * sizeof *d);
+                float *d16 = malloc((size_t)n / 16 * sizeof *d16), *d32 = malloc((size_t)n / 32 * sizeof *d32);
+                int8_t *q = malloc((size_t)n);
+                double *y = malloc((size_t)n * sizeof *y);
+                for (int64_t i = 0; i < n; i++) x[i] = (float)urnd();
+                td_cpu_quantize_act(x, n, q, d, d16, d32, NULL);
+                const td_cpu_xq8 xq = {q, d, d16, d32};
+                const float got = k.type[type].dot_q8(w, &xq, n);
+                td_err err;
+                cr_assert_eq(td_decode_row_f64(type, w, y, n, &err), TD_OK, "%s", err.msg);
+                // exact product with the exact x' = d*q
+                long double exact = 0;
+                double mass = 0;
+                for (int64_t i = 0; i < n; i++) {
+                    const double xi = (double)d[i / 32] * q[i];
+                    exact += (long double)y[i] * xi;
+                    const double off = q8_offset_bound(type, w + (i / B) * inf->block_bytes);
+                    mass += (fabs(y[i]) + 2 * off) * fabs(xi);
+                }
+                const double bound = (double)(n + 8) * u / (1 - (double)(n + 8) * u) * mass;
+                const double e = fabs((double)((long double)got - exact));
+                if (!(e <= bound)) {
+                    print_inputs("act-q8 dot mismatch", type, w, bytes, x, n);
+                    cr_assert_fail("%s dot_q8_%s, n = %lld: got %.9g, exact %.9Lg, error %.3g > bound %.3g",
+                                   td_cpu_isa_name(isa), inf->name, (long long)n, (double)got, exact, e, bound);
+                }
+                free(w), free(x), free(d), free(d16), free(d32), free(q), free(y);
+            }
+        }
+        checked++;
+    }
+    return checked;
+}
+
+Test(cpu_kernels, dot_q8_c_vs_exact) {
+    rng_state = 7;
+    cr_assert_eq(check_q8_dots(TD_CPU_ISA_C), (int)(sizeof k_q8_types / sizeof k_q8_types[0]));
+}
+
+Test(cpu_kernels, dot_q8_avx2_vs_exact) {
+    if (!td_cpu_has_avx2()) cr_skip_test("this CPU has no AVX2+FMA+F16C");
+    rng_state = 8;
+    cr_assert_eq(check_q8_dots(TD_CPU_ISA_AVX2), (int)(sizeof k_q8_types / sizeof k_q8_types[0]));
+}
