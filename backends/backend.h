@@ -36,6 +36,10 @@ typedef struct td_backend_vt {
     void (*close)(td_backend *b);
     /* (optional) version / build string for provenance; NULL when absent */
     const char *(*version)(const td_backend *b);
+    /* (optional) the arithmetic profile this arm computes with by design
+     * (DESIGN.md "Backends"), e.g. "act-q8" for llama.cpp's CPU path; NULL
+     * = "native". Recorded in tap files; bisect runs the control arm with it. */
+    const char *profile;
 } td_backend_vt;
 
 /* Every backend starts with this header so generic code can reach its table. */
@@ -47,6 +51,12 @@ struct td_backend {
  * unknown name. */
 const td_backend_vt *const *td_backend_list(void);
 const td_backend_vt *td_backend_find(const char *name);
+/* For a backend DESIGN.md names but this build lacks (cpu, cuda, metal,
+ * llamacpp): one line saying why and how to get it; callers exit 77 (skip).
+ * NULL for a registered backend or an unknown name (a typo: usage error). */
+const char *td_backend_absent_reason(const char *name);
+/* "ref, ref32, cpu, ..." into buf (truncated to bufsz). */
+void td_backend_names(char *buf, size_t bufsz);
 
 #ifdef __cplusplus
 }

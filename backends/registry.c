@@ -1,6 +1,7 @@
 /* tapdiff backend registry: every forward the CLI and the harness can name.
  * Add a backend by appending its table to `backends` (optional ones under
  * their build flag). */
+#include <stdio.h>
 #include <string.h>
 
 #include "backend.h"
@@ -29,4 +30,30 @@ const td_backend_vt *td_backend_find(const char *name) {
     for (size_t i = 0; backends[i]; i++)
         if (!strcmp(backends[i]->name, name)) return backends[i];
     return NULL;
+}
+
+const char *td_backend_absent_reason(const char *name) {
+    static const struct {
+        const char *name, *why;
+    } known[] = {
+        {"llamacpp", "backend 'llamacpp' is not built into this tapdiff: run ci/fetch-llamacpp.sh (needs npm and the "
+                     "npm registry), then `meson setup --reconfigure BUILD_DIR` and rebuild"},
+        {"cuda", "backend 'cuda' is not built into this tapdiff (it needs nvcc at configure time and a GPU to run)"},
+        {"metal", "backend 'metal' is not built into this tapdiff (macOS only)"},
+        {"cpu", "backend 'cpu' is not built into this tapdiff"},
+    };
+    if (!name || td_backend_find(name)) return NULL;
+    for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
+        if (!strcmp(name, known[i].name)) return known[i].why;
+    return NULL;
+}
+
+void td_backend_names(char *buf, size_t bufsz) {
+    if (!bufsz) return;
+    buf[0] = '\0';
+    for (size_t i = 0; backends[i]; i++) {
+        size_t len = strlen(buf);
+        if (len + 1 >= bufsz) break;
+        snprintf(buf + len, bufsz - len, "%s%s", len ? ", " : "", backends[i]->name);
+    }
 }

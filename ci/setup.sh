@@ -11,6 +11,7 @@ PKGS=(
   libcriterion-dev   # tests
   libmd-dev          # SHA-256 (model provenance)
   python3-h5py python3-numpy   # tests check that h5py reads our tap files
+  chromium           # the HTML report test renders the report headless
 )
 
 missing=()
@@ -27,3 +28,8 @@ if [ ${#missing[@]} -gt 0 ]; then
   $SUDO apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
 fi
 echo "ci/setup.sh: dependencies present" >&2
+
+# The llama.cpp peer: prebuilt libraries + headers from the npm registry into
+# .deps/ (ignored). Optional: without them the peer is not built and its tests
+# skip with a message.
+bash "$(dirname "$0")/fetch-llamacpp.sh"

@@ -111,17 +111,11 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
     const char *arms[3] = {a->a, a->b, strcmp(a->ctrl, "none") ? a->ctrl : NULL};
     for (int i = 0; i < 3; i++)
         if (arms[i] && !td_backend_find(arms[i])) {
-            char names[256] = "";
-            for (const td_backend_vt *const *l = td_backend_list(); *l; l++) {
-                size_t len = strlen(names);
-                snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", (*l)->name);
-            }
-            // a backend of DESIGN.md this build lacks is "skipped"; any other name is a typo
-            static const char *const known[] = {"ref", "ref32", "cpu", "cuda", "metal", "llamacpp"};
-            int is_known = 0;
-            for (size_t k = 0; k < sizeof known / sizeof known[0]; k++) is_known |= !strcmp(arms[i], known[k]);
-            return td_cli_failf("bisect", is_known ? TD_SKIP : TD_EUSAGE, "backend '%s' is %s (built: %s)", arms[i],
-                                is_known ? "not built in this tapdiff" : "unknown", names);
+            char names[256];
+            td_backend_names(names, sizeof names);
+            const char *absent = td_backend_absent_reason(arms[i]);
+            if (absent) return td_cli_failf("bisect", TD_SKIP, "%s", absent);
+            return td_cli_failf("bisect", TD_EUSAGE, "backend '%s' is unknown (built: %s)", arms[i], names);
         }
     return 0;
 }

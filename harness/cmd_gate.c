@@ -52,7 +52,6 @@ static const char *const gate_help =
     "          golden's fixture is unknown to this revision or regenerates to other bytes.\n"
     "      (A build failure is the bisect script's to map: `ninja ... || exit 125`.)\n";
 
-static const char *const known_backends[] = {"ref", "ref32", "cpu", "cuda", "metal", "llamacpp"};
 
 static char *attr(const td_tapfile *f, const char *key) {
     char *v = NULL;
@@ -175,10 +174,8 @@ int td_cmd_gate(int argc, char **argv) {
         return td_cli_failf("gate", TD_EUSAGE, "--golden and --backend are required (see tapdiff gate --help)");
     const td_backend_vt *vt = td_backend_find(backend);
     if (!vt) {
-        for (size_t i = 0; i < sizeof known_backends / sizeof known_backends[0]; i++)
-            if (!strcmp(backend, known_backends[i]))
-                return td_cli_failf("gate", EXIT_CANNOT_TEST, "backend %s is not built in this revision: cannot test",
-                                    backend);
+        const char *absent = td_backend_absent_reason(backend);
+        if (absent) return td_cli_failf("gate", EXIT_CANNOT_TEST, "%s: cannot test this revision", absent);
         return td_cli_failf("gate", TD_EUSAGE, "unknown backend '%s'", backend);
     }
     if (access(golden, F_OK))

@@ -174,11 +174,10 @@ int td_cmd_run(int argc, char **argv) {
     if (rc < 0) return TD_OK;
     if (rc) return rc;
     if (!td_backend_find(a.backend)) {
-        char names[256] = "";
-        for (const td_backend_vt *const *l = td_backend_list(); *l; l++) {
-            size_t len = strlen(names);
-            snprintf(names + len, sizeof names - len, "%s%s", len ? ", " : "", (*l)->name);
-        }
+        const char *absent = td_backend_absent_reason(a.backend);
+        if (absent) return td_cli_failf("run", TD_SKIP, "%s", absent);
+        char names[256];
+        td_backend_names(names, sizeof names);
         return td_cli_failf("run", TD_EUSAGE, "unknown backend '%s' (known: %s)", a.backend, names);
     }
 

@@ -4,6 +4,7 @@
  * is streamed in blocks of whole rows, so memory is a few blocks plus one
  * small record per compared tap, whatever the file sizes. */
 #include "compare.h"
+#include "selfcheck.h"
 
 #include <fnmatch.h>
 #include <math.h>
@@ -1206,6 +1207,23 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     const char *na = td_tapfile_note(c.A.f), *nb = td_tapfile_note(c.B.f);
     if (na && na[0]) add_note(r, "A: %s", na);
     if (nb && nb[0]) add_note(r, "B: %s", nb);
+    // A feedback bug (a decode step fed a stale token) is visible in one arm
+    // alone; it makes the comparison divergent whatever the taps say.
+    const char *arm_path[2] = {path_a, path_b};
+    for (int i = 0; i < 2; i++) {
+        td_selfcheck_report sc;
+        td_err se;
+        if (td_selfcheck_file(arm_path[i], &sc, &se) != TD_OK) {
+            add_note(r, "%s: self-check not run: %.280s", i ? "B" : "A", se.msg);
+            continue;
+        }
+        if (sc.verdict == TD_OK) continue;
+        add_note(r, "%s: self-check failed: %.280s", i ? "B" : "A", sc.message);
+        if (r->verdict == TD_OK) {
+            r->verdict = TD_DIVERGENT;
+            snprintf(r->reason, sizeof r->reason, "self-check of %s failed: %.400s", i ? "B" : "A", sc.message);
+        }
+    }
 
 fail:
     arm_close(&c.A);

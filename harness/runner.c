@@ -184,15 +184,6 @@ static int check_tokens(const int32_t *ids, int64_t n, int64_t V, const char *wh
     return TD_OK;
 }
 
-static void backend_names(char *buf, size_t n) {
-    const td_backend_vt *const *l = td_backend_list();
-    buf[0] = '\0';
-    for (size_t i = 0; l[i]; i++) {
-        size_t len = strlen(buf);
-        snprintf(buf + len, n - len, "%s%s", i ? ", " : "", l[i]->name);
-    }
-}
-
 /* Root attributes: enough provenance that h5dump alone says what made the file. */
 static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_model *m, const char *model_path,
                             const td_backend_vt *vt, const char *version, td_err *err) {
@@ -230,8 +221,10 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
                           (long long)cfg->n_pinned, (long long)cfg->n_steps);
     const td_backend_vt *vt = td_backend_find(cfg->backend);
     if (!vt) {
+        const char *absent = td_backend_absent_reason(cfg->backend);
+        if (absent) return td_err_set(err, TD_SKIP, "run: %s", absent);
         char names[256];
-        backend_names(names, sizeof names);
+        td_backend_names(names, sizeof names);
         return td_err_set(err, TD_EUSAGE, "run: unknown backend '%s' (known: %s)", cfg->backend ? cfg->backend : "",
                           names);
     }

@@ -307,3 +307,23 @@ Test(selfcheck, run_check_cli_on_a_good_run) {
              model, in_tmp("f.h5"));
     cr_assert_eq(run_tapdiff(args, in_tmp("out3.txt")), 2);
 }
+
+/* compare runs the self-check on each arm: two identical files that both
+ * consumed a stale token agree tap for tap, yet the comparison must not pass. */
+Test(selfcheck, compare_of_two_identical_stale_files_is_divergent) {
+    int32_t fed[N_STEPS];
+    run_ref(in_tmp("g.h5"), TD_TAP_FULL, NULL, fed);
+    doctor d = {.step = 3, .tap = "inp.tokens", .index = 0, .value = 0};
+    cr_assert_neq(fed[2], 0, "pick a step whose token is not 0 already");
+    copy_tapfile(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d);
+    cr_assert(d.done);
+    char args[1024];
+    snprintf(args, sizeof args, "compare '%s' '%s' --control '%s'", in_tmp("g.h5"), in_tmp("g.h5"), in_tmp("g.h5"));
+    cr_assert_eq(run_tapdiff(args, in_tmp("ok.txt")), 0, "%s", slurp(in_tmp("ok.txt")));
+    snprintf(args, sizeof args, "compare '%s' '%s' --control '%s'", in_tmp("bad.h5"), in_tmp("bad.h5"),
+             in_tmp("bad.h5"));
+    cr_assert_eq(run_tapdiff(args, in_tmp("cmp.txt")), 1, "%s", slurp(in_tmp("cmp.txt")));
+    char *out = slurp(in_tmp("cmp.txt"));
+    cr_assert_not_null(strstr(out, "self-check"), "%s", out);
+    free(out);
+}
