@@ -2,13 +2,16 @@
  * divergent tensor. Runs arm A greedy, then arm B and the control arm pinned
  * to the tokens A consumed (so every decode step asks both arms the same
  * question), writes the three tap files, compares B against A with the
- * control's error as the budget, prints the verdict, writes the reports and
+ * control's error as the budget (the control computing with B's declared
+ * arithmetic profile, so the budget measures the same arithmetic choices), prints the verdict, writes the reports and
  * exits with the verdict (0 conformant, 1 divergent). */
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+
+#include <cJSON.h>
 
 #include "cli.h"
 #include "compare.h"
@@ -18,7 +21,8 @@
 static const char *const bisect_help =
     "usage: tapdiff bisect --model M.gguf --a ARM --b ARM (--tokens LIST | --tokens-file F)\n"
     "                      [--steps N] [--control-arm ARM|none] [--out-dir DIR] [--report DIR]\n"
-    "                      [--k N] [--filter PATTERN] [--threads N] [--inject FAULT] [--json] [--quiet]\n"
+    "                      [--control-profile P] [--k N] [--filter PATTERN] [--threads N]\n"
+    "                      [--inject FAULT] [--json] [--quiet]\n"
     "\n"
     "Runs arm A (the reference) greedy over the prompt and N decode steps, then arm B and the\n"
     "control arm pinned to the tokens A consumed, and compares B against A tap by tap. The\n"
@@ -29,6 +33,8 @@ static const char *const bisect_help =
     "                       none: the budget is the dtype floor only. When it is B's arm\n"
     "                       (and B has no --inject) B's tap file is reused: then r = 1/k at\n"
     "                       every tap, which checks the pipeline, not B.\n"
+    "  --control-profile P  arithmetic profile of the control arm (default: the one B\n"
+    "                       declares, e.g. act-q8 for llamacpp; native for ref32 and cpu)\n"
     "  --steps N            decode steps after the prefill (default 16)\n"
     "  --out-dir DIR        where the tap files go (default tapdiff-bisect): DIR/A-ARM.h5,\n"
     "                       DIR/B-ARM.h5, DIR/control-ARM.h5\n"
@@ -43,7 +49,7 @@ static const char *const bisect_help =
     "      99 internal error\n";
 
 typedef struct bisect_args {
-    const char *model, *a, *b, *ctrl, *tokens, *tokens_file, *out_dir, *report, *filter, *inject;
+    const char *model, *a, *b, *ctrl, *ctrl_profile, *tokens, *tokens_file, *out_dir, *report, *filter, *inject;
     long long steps, threads;
     double k;
     int json, quiet;
@@ -82,6 +88,7 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         else if (!strcmp(arg, "--a")) a->a = v;
         else if (!strcmp(arg, "--b")) a->b = v;
         else if (!strcmp(arg, "--control-arm")) a->ctrl = v;
+        else if (!strcmp(arg, "--control-profile")) a->ctrl_profile = v;
         else if (!strcmp(arg, "--tokens")) a->tokens = v;
         else if (!strcmp(arg, "--tokens-file")) a->tokens_file = v;
         else if (!strcmp(arg, "--out-dir")) a->out_dir = v;
@@ -117,6 +124,12 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
             if (absent) return td_cli_failf("bisect", TD_SKIP, "%s", absent);
             return td_cli_failf("bisect", TD_EUSAGE, "backend '%s' is unknown (built: %s)", arms[i], names);
         }
+    if (!arms[2] && a->ctrl_profile)
+        return td_cli_failf("bisect", TD_EUSAGE, "--control-profile needs a control arm (--control-arm is none)");
+    if (!a->ctrl_profile) { // B's declared arithmetic, so the budget compares like with like
+        const char *declared = td_backend_find(a->b)->profile;
+        a->ctrl_profile = declared ? declared : "native";
+    }
     return 0;
 }
 
@@ -128,7 +141,7 @@ static void on_step(void *user, int64_t done, int64_t total) {
 /* One arm over the prompt: greedy when pinned == NULL, else pinned. */
 static int run_arm(const bisect_args *a, const td_model *m, const char *backend, const char *path,
                    const int32_t *prompt, int64_t n_prompt, const int32_t *pinned, const char *inject,
-                   td_run_result *res, td_err *err) {
+                   const char *profile, td_run_result *res, td_err *err) {
     td_run_config cfg;
     td_run_config_init(&cfg);
     cfg.model_path = a->model;
@@ -145,6 +158,7 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
     cfg.tap_mode = TD_TAP_FULL;
     cfg.threads = (int)a->threads;
     cfg.inject = inject;
+    cfg.profile = profile;
     cfg.command_line = td_cli_command_line;
     char label[64];
     snprintf(label, sizeof label, "bisect %s", backend);
@@ -203,9 +217,10 @@ int td_cmd_bisect(int argc, char **argv) {
     if ((rc = mkdir_p(a.out_dir, &err))) goto out;
     if ((rc = td_model_open(&m, a.model, &err))) goto out;
 
-    if ((rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, &ra, &err))) goto out;
-    if ((rc = run_arm(&a, m, a.b, pb, prompt, n_prompt, ra.fed, a.inject, &rb, &err))) goto out;
-    if (ctrl && !reuse_b && (rc = run_arm(&a, m, a.ctrl, pc, prompt, n_prompt, ra.fed, NULL, &rc_, &err)))
+    if ((rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, NULL, &ra, &err))) goto out;
+    if ((rc = run_arm(&a, m, a.b, pb, prompt, n_prompt, ra.fed, a.inject, NULL, &rb, &err))) goto out;
+    if (ctrl && !reuse_b &&
+        (rc = run_arm(&a, m, a.ctrl, pc, prompt, n_prompt, ra.fed, NULL, a.ctrl_profile, &rc_, &err)))
         goto out;
 
     td_cmp_options o = td_cmp_options_default();
@@ -213,12 +228,34 @@ int td_cmd_bisect(int argc, char **argv) {
     o.filter = a.filter;
     o.control = pc;
     if ((rc = td_compare(pa, pb, &o, &cr, &err))) goto out;
+    char ctrl_line[256];
+    const char *declared = td_backend_find(a.b)->profile ? td_backend_find(a.b)->profile : "native";
+    if (!ctrl)
+        snprintf(ctrl_line, sizeof ctrl_line, "control: none (budget: the dtype floor)");
+    else if (reuse_b)
+        snprintf(ctrl_line, sizeof ctrl_line, "control: %s (B's own run, profile %s)", a.ctrl, declared);
+    else
+        snprintf(ctrl_line, sizeof ctrl_line, "control: %s, profile %s (%s %s)", a.ctrl, a.ctrl_profile,
+                 strcmp(a.ctrl_profile, declared) ? "--control-profile; B declares" : "B declares", declared);
     if (a.json) {
         char *js = td_report_json(cr);
-        puts(js);
+        // the control's profile is part of the verdict's meaning: add it to the object
+        cJSON *o = cJSON_Parse(js);
+        if (o && cJSON_IsObject(o)) {
+            cJSON_AddStringToObject(o, "control_arm", ctrl ? a.ctrl : "none");
+            cJSON_AddStringToObject(o, "control_profile", !ctrl ? "none" : reuse_b ? declared : a.ctrl_profile);
+            char *js2 = cJSON_PrintUnformatted(o);
+            puts(js2);
+            free(js2);
+        } else {
+            puts(js);
+        }
+        cJSON_Delete(o);
         free(js);
+        fprintf(stderr, "%s\n", ctrl_line);
     } else {
         td_report_text(stdout, cr);
+        printf("%s\n", ctrl_line);
     }
     if (a.report) {
         rep = td_xstrdup(a.report);

@@ -31,6 +31,9 @@ static const char *const run_help =
     "                       default full with --out, none without\n"
     "  --out F.h5           tap file to write\n"
     "  --threads N          backend threads (default: the backend's choice)\n"
+    "  --profile P          arithmetic profile: native (default: the backend's own) or\n"
+    "                       act-q8 (ref32, cpu: activations rounded before each matmul as\n"
+    "                       llama.cpp's CPU path does); recorded as the tap file's `profile`\n"
     "  --ctx N              KV cache capacity in positions (default: prompt + steps)\n"
     "  --check              after the run, self-check the token history: in greedy mode\n"
     "                       each decode step must consume the previous step's argmax of\n"
@@ -43,7 +46,7 @@ static const char *const run_help =
     "exit: 0 ok, 1 --check failed, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
 
 typedef struct run_args {
-    const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out;
+    const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out, *profile;
     long long steps, threads, ctx;
     int steps_given, quiet, check;
 } run_args;
@@ -96,6 +99,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
         else if (!strcmp(name, "--decode")) a->decode = val;
         else if (!strcmp(name, "--taps")) a->taps = val;
         else if (!strcmp(name, "--out")) a->out = val;
+        else if (!strcmp(name, "--profile")) a->profile = val;
         else if (!strcmp(name, "--steps")) {
             if (parse_ll(val, 0, 100000000, &a->steps))
                 return td_cli_failf("run", TD_EUSAGE, "--steps: expected a count >= 0, got '%s'", val);
@@ -232,6 +236,7 @@ int td_cmd_run(int argc, char **argv) {
     cfg.n_prompt = n_prompt;
     cfg.n_steps = a.steps;
     cfg.threads = (int)a.threads;
+    cfg.profile = a.profile;
     cfg.n_ctx = (uint32_t)a.ctx;
     cfg.command_line = td_cli_command_line;
     if (a.out && (!a.taps || strcmp(a.taps, "none"))) {

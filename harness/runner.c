@@ -184,6 +184,15 @@ static int check_tokens(const int32_t *ids, int64_t n, int64_t V, const char *wh
     return TD_OK;
 }
 
+/* The arithmetic profile a run computes with (root attribute `profile`):
+ * cfg->profile when it names one other than "native", else the backend's
+ * declared vt->profile, else "native". */
+static const char *run_profile(const td_run_config *cfg, const td_backend_vt *vt) {
+    // "native" asks for the arm's own arithmetic, which is what it declares
+    if (cfg->profile && cfg->profile[0] && strcmp(cfg->profile, "native")) return cfg->profile;
+    return vt && vt->profile ? vt->profile : "native";
+}
+
 /* Root attributes: enough provenance that h5dump alone says what made the file. */
 static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_model *m, const char *model_path,
                             const td_backend_vt *vt, const char *version, td_err *err) {
@@ -199,6 +208,7 @@ static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_m
     bad |= td_tap_sink_attr_str(s, "backend", vt->name);
     bad |= td_tap_sink_attr_str(s, "backend_version", version);
     bad |= td_tap_sink_attr_str(s, "precision", vt->precision);
+    bad |= td_tap_sink_attr_str(s, "profile", run_profile(cfg, vt));
     bad |= td_tap_sink_attr_i64(s, "threads", cfg->threads);
     bad |= td_tap_sink_attr_str(s, "tapdiff_version", TD_VERSION);
     bad |= td_tap_sink_attr_str(s, "git_revision", TD_GIT_REV);

@@ -8,6 +8,7 @@
 #include "reference.h"
 
 #define real float
+#define REAL_IS_FLOAT 1
 #define REAL_SUFFIX f32
 #define REAL_DTYPE TD_DT_F32
 #define REAL_DECODE_ROW td_tensor_decode_row_f32

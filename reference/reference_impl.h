@@ -20,6 +20,7 @@
  *   REAL_DECODE_ROW          td_tensor_decode_row_f64 / _f32
  *   R_SQRT R_EXP R_LOG R_POW R_COS R_SIN R_FLOOR R_CEIL   libm in that precision
  *   REF_NAME REF_PRECISION   "ref" "f64" / "ref32" "f32"
+ *   REAL_IS_FLOAT            defined by the f32 build only (the act-q8 profile needs it)
  */
 #include <math.h>
 #include <stdlib.h>
@@ -214,6 +215,9 @@ typedef struct ref_backend {
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
     int64_t max_in, max_out;
+    td_ref_profile profile; // NATIVE, or ACT_Q8 (ref32 only): activations rounded before matmuls
+    real *qin;       // (cap_qin) activations of one matmul as the profile rounds them
+    int64_t cap_qin;
     ref_acts a;
 } ref_backend;
 
@@ -297,6 +301,26 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
         int rc = REAL_DECODE_ROW(b, 0, r->bias, err);
         if (rc) return rc;
         bias = r->bias + row0;
+    }
+    if (r->profile == TD_REF_PROFILE_ACT_Q8) {
+        // round every input row once, as llama.cpp converts it for W's type
+        td_ref_act_fmt fmt;
+        if (td_ref_act_format(W->type, &fmt))
+            return td_err_set(err, TD_EINPUT, REF_NAME ": profile act-q8: tensor %s has type %s, not a matmul weight type",
+                              W->cname, td_type_name(W->type));
+        if (fmt != TD_ACT_F32) {
+            if (T * n_in > r->cap_qin) {
+                free(r->qin);
+                r->cap_qin = T * n_in;
+                r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
+            }
+#ifdef REAL_IS_FLOAT
+            for (int64_t t = 0; t < T; t++) td_ref_act_round_f32(r->qin + t * n_in, in + t * n_in, n_in, fmt);
+#else
+            TD_ASSERT(0 && "act-q8 is an f32 profile (ref_open refuses it here)");
+#endif
+            in = r->qin;
+        }
     }
     for (int64_t o = 0; o < n_out; o++) {
         int rc = REAL_DECODE_ROW(W, (uint64_t)(row0 + o), r->row, err);
@@ -559,7 +583,7 @@ static void ref_close(td_backend *b) {
         free(r->v_cache[l]);
     }
     free(r->k_cache), free(r->v_cache), free(r->att);
-    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw);
+    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin);
     acts_free(&r->a);
     free(r);
 }
@@ -656,14 +680,21 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
     *out = NULL;
     if (p && p->inject && p->inject[0])
         return td_err_set(err, TD_EINPUT, REF_NAME ": fault injection '%s' is not available in the reference", p->inject);
-    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native"))
-        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is not supported (only native)",
+    td_ref_profile profile;
+    if (td_ref_profile_parse(p ? p->profile : NULL, &profile))
+        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is unknown (expected native or act-q8)",
                           p->profile);
+#ifndef REAL_IS_FLOAT
+    // the profile emulates f32 kernels; in f64 it would be neither the oracle nor the peer
+    if (profile != TD_REF_PROFILE_NATIVE)
+        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is only available in ref32", p->profile);
+#endif
     int rc = check_model(m, err);
     if (rc) return rc;
 
     ref_backend *r = td_xcalloc(1, sizeof *r);
     r->base.vt = &FN(backend);
+    r->profile = profile;
     r->m = m;
     r->hp = m->hp;
     const td_hparams *hp = &r->hp;

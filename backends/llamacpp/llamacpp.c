@@ -10,7 +10,13 @@
  *
  * A canonical tap is the LAST node of a run of consecutive observed nodes
  * that map to it (a bias ADD after its MUL_MAT carries the same name), so
- * the observed tap is held until a node with another name arrives. */
+ * the observed tap is held until a node with another name arrives.
+ *
+ * Test hook (a deliberately wrong arm, to prove the budget still catches
+ * one): TD_LLAMACPP_PERTURB=TAP*S, e.g. blk.1.attn_v*1.01, multiplies every
+ * F32 node that maps to canonical tap TAP by S in place while the graph runs,
+ * so every later node computes with the wrong values (taps must be on: the
+ * hook lives in the eval callback). Recorded in the version string. */
 #include "llamacpp.h"
 
 #include <pthread.h>
@@ -235,6 +241,8 @@ typedef struct lc_obs {
     td_tap_sink *sink;
     const td_hparams *hp;
     int all_nodes;
+    char perturb[TD_TAP_NAME_MAX]; /* TD_LLAMACPP_PERTURB: tap to scale in place, "" = none */
+    float perturb_scale;
     int64_t T;    /* tokens of this step */
     int64_t n_kv; /* KV cells in use after this step = pos0 + T */
 
@@ -526,6 +534,14 @@ static int observe(lc_obs *o, const struct ggml_tensor *t) {
         c->ndim = top + 1;
         for (int d = 0; d <= top; d++) c->shape[d] = d == top ? ne0_used : t->ne[top - d];
     }
+    if (o->kind == WANT_CANON && o->perturb[0] && !strcmp(o->want_name, o->perturb)) {
+        // the test hook: the graph goes on with the scaled values
+        if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !t->buffer || !ggml_backend_buffer_is_host(t->buffer))
+            return obs_fail(o, TD_EINPUT, "llamacpp: TD_LLAMACPP_PERTURB: node '%s' (tap %s) is not a contiguous "
+                            "host F32 tensor", t->name, o->want_name);
+        float *v = t->data;
+        for (int64_t i = 0; i < ggml_nelements(t); i++) v[i] *= o->perturb_scale;
+    }
     c->data = grow(c->data, &c->cap, (size_t)(n ? n : 1) * 4);
     int rc = convert(o, t, ne0_used, o->want_dtype == TD_DT_I32, c->data);
     if (rc) return rc;
@@ -592,8 +608,11 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
     if (p && p->inject && p->inject[0])
         return td_err_set(err, TD_EINPUT, "llamacpp: fault injection '%s' is not available in the llama.cpp peer",
                           p->inject);
-    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native"))
-        return td_err_set(err, TD_EINPUT, "llamacpp: arithmetic profile '%s' is not supported (only native)", p->profile);
+    // llama.cpp computes one way: asking for it by its profile's name is fine
+    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, "act-q8"))
+        return td_err_set(err, TD_EINPUT,
+                          "llamacpp: arithmetic profile '%s' is not llama.cpp's (it computes act-q8; native means the same)",
+                          p->profile);
     const char *path = m->gguf ? m->gguf->path : NULL;
     if (!path) return td_err_set(err, TD_EINPUT, "llamacpp: the model has no file path to give llama.cpp");
 
@@ -606,6 +625,20 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
     s->threads = p && p->threads > 0 ? p->threads : (ncpu > 0 ? (int)ncpu : 1);
     s->obs.hp = &m->hp;
     s->obs.all_nodes = env_flag("TD_LLAMACPP_ALL_NODES");
+    const char *pert = getenv("TD_LLAMACPP_PERTURB");
+    if (pert && *pert) {
+        const char *star = strrchr(pert, '*');
+        char *end = NULL;
+        const double sc = star ? strtod(star + 1, &end) : 0;
+        if (!star || star == pert || (size_t)(star - pert) >= sizeof s->obs.perturb || end == star + 1 || *end ||
+            !(sc == sc)) {
+            lc_close(&s->base);
+            return td_err_set(err, TD_EINPUT, "llamacpp: TD_LLAMACPP_PERTURB='%.80s': expected TAP*SCALE, e.g. "
+                              "blk.1.attn_v*1.01", pert);
+        }
+        memcpy(s->obs.perturb, pert, (size_t)(star - pert));
+        s->obs.perturb_scale = (float)sc;
+    }
 
     char why[512];
     struct llama_model_params mp = llama_model_default_params();
@@ -655,6 +688,11 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
              "llama.cpp %s (%s), ggml-cpu-%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
              llama_version(), TD_LLAMACPP_FETCHED, g_variant, (long long)s->n_ctx, s->threads,
              s->obs.all_nodes ? ", all nodes" : "");
+    if (s->obs.perturb[0]) { // provenance: this arm is wrong on purpose
+        size_t len = strlen(s->version);
+        snprintf(s->version + len, sizeof s->version - len, ", PERTURBED %s x %g", s->obs.perturb,
+                 (double)s->obs.perturb_scale);
+    }
     s->base.vt = &td_llamacpp_backend;
     *out = &s->base;
     return TD_OK;
@@ -754,4 +792,6 @@ const td_backend_vt td_llamacpp_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
+    // the CPU matmul rounds activations to Q8_0 / Q8_K blocks (quants.md §8)
+    .profile = "act-q8",
 };

@@ -710,3 +710,47 @@ Test(reference, runner_in_process, .init = make_tmpdir, .fini = remove_tmpdir) {
     const double x[5] = {NAN, 1, 3, 3, 2};
     cr_assert_eq(td_argmax(x, 5), 2);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Arithmetic profile act-q8 (reference.h)                                    */
+
+/* Unknown profiles and act-q8 in f64 are input errors; with F32 weights act-q8
+ * changes nothing (bitwise: llama.cpp keeps f32 activations for F32
+ * weights); with Q8_0 weights the 8-bit activations move the logits by
+ * ~1e-2 relative to ref (quants.md §8 expects ~1e-3 per matmul), far more
+ * than native ref32's ~1e-6. The values themselves are checked against
+ * llama.cpp in the llamacpp suite. */
+Test(reference, act_q8_profile, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const int32_t tok[5] = {1, 17, 42, 99, 150};
+    const char *names[2] = {"llama-f32", "llama-q8_0"};
+    for (int i = 0; i < 2; i++) {
+        td_model *m = open_fixture(names[i]);
+        const int64_t V = m->hp.n_vocab;
+        td_err err = {{0}};
+        td_backend *b = NULL;
+        td_backend_params bad = {.n_ctx = 8, .profile = "act-q9"};
+        cr_assert_eq(td_ref_backend_f32.open(&b, m, &bad, &err), TD_EINPUT);
+        cr_assert(strstr(err.msg, "act-q9"), "%s", err.msg);
+        td_backend_params q8 = {.n_ctx = 8, .profile = "act-q8"};
+        cr_assert_eq(td_ref_backend_f64.open(&b, m, &q8, &err), TD_EINPUT, "ref (f64) has no act-q8");
+        cr_assert_null(b);
+        double *l64 = malloc((size_t)(5 * V) * sizeof(double)), *ln = malloc((size_t)(5 * V) * sizeof(double)),
+               *lq = malloc((size_t)(5 * V) * sizeof(double));
+        td_backend *r64 = open_backend("ref", m, 8), *rn = open_backend("ref32", m, 8);
+        cr_assert_eq(td_ref_backend_f32.open(&b, m, &q8, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(r64->vt->forward(r64, tok, 5, 0, NULL, l64, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(rn->vt->forward(rn, tok, 5, 0, NULL, ln, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(b->vt->forward(b, tok, 5, 0, NULL, lq, &err), TD_OK, "%s", err.msg);
+        double num = 0, den = 0;
+        for (int64_t k = 0; k < 5 * V; k++) num += (lq[k] - l64[k]) * (lq[k] - l64[k]), den += l64[k] * l64[k];
+        const double e = sqrt(num / den);
+        fprintf(stderr, "[reference]   %s: ref32 act-q8 vs ref at out.logits %.3e\n", names[i], e);
+        if (i == 0)
+            cr_assert_eq(memcmp(ln, lq, (size_t)(5 * V) * sizeof(double)), 0, "F32 weights: act-q8 must equal native");
+        else
+            cr_assert(e > 1e-3 && e < 1e-1, "Q8_0 weights: act-q8 vs ref %.3e, expected 1e-3..1e-1", e);
+        b->vt->close(b), r64->vt->close(r64), rn->vt->close(rn);
+        free(l64), free(ln), free(lq);
+        td_model_close(m);
+    }
+}

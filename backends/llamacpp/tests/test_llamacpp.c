@@ -511,3 +511,156 @@ Test(llamacpp, cli_run_backend_llamacpp, .init = make_tmpdir, .fini = remove_tmp
     cr_assert(strstr(text, "ci/fetch-llamacpp.sh"), "the message should say how to get the peer: %s", text);
 #endif
 }
+
+/* ------------------------------------------------------------------------ */
+/* Arithmetic profile: bisect against a same-arithmetic control               */
+
+#define PROFILE_TOKENS "1,17,42,99,150,260"
+
+/* `tapdiff bisect --a ref --b llamacpp` on fixture `name` into tmpdir/<dir>;
+ * `env` is prepended to the command (e.g. a perturbation). */
+static int bisect(const char *name, const char *dir, const char *env, const char *extra, char *out, size_t n) {
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    char model[512], cmd[2048];
+    snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, name);
+    if (access(model, R_OK)) fixture_path(name, model, sizeof model);
+    snprintf(cmd, sizeof cmd,
+             "%s '%s' bisect --quiet --model '%s' --a ref --b llamacpp --tokens " PROFILE_TOKENS
+             " --steps 3 --threads 1 --out-dir '%s/%s' %s 2>&1",
+             env ? env : "", exe, model, tmpdir, dir, extra ? extra : "");
+    return run_cmd(cmd, out, n);
+}
+
+/* llamacpp against the same-arithmetic control directly (A = ref32 act-q8),
+ * with the honest f32 rounding noise as the budget: err_ctrl = err(ref,
+ * ref32 native), native ref32 run pinned to ref's tokens into DIR/native.h5.
+ * Returns compare's exit status, its output in out. */
+static int compare_to_control(const char *name, const char *dir, char *out, size_t n) {
+    const char *exe = getenv("TD_TAPDIFF");
+    char cmd[4096];
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --quiet --model '%s/%s.gguf' --backend ref32 --tokens " PROFILE_TOKENS
+             " --decode 'pinned:%s/%s/A-ref.h5' --steps 3 --out '%s/%s/native.h5' >/dev/null 2>&1 && "
+             "'%s' compare '%s/%s/control-ref32.h5' '%s/%s/B-llamacpp.h5' --control-a '%s/%s/A-ref.h5' "
+             "--control-b '%s/%s/native.h5' 2>&1",
+             exe, tmpdir, name, tmpdir, dir, tmpdir, dir, exe, tmpdir, dir, tmpdir, dir, tmpdir, dir, tmpdir, dir);
+    return run_cmd(cmd, out, n);
+}
+
+static void expect_attr(const char *path, const char *key, const char *want) {
+    td_tapfile *f = open_taps(path);
+    char *v = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_tapfile_attr_str(f, key, &v, &err), TD_OK, "%s", err.msg);
+    cr_expect_str_eq(v, want, "%s: attribute %s", path, key);
+    free(v);
+    td_tapfile_close(f);
+}
+
+/* Every fixture, prefill of 6 + 3 pinned decode steps: llama.cpp is
+ * conformant with ref when the control arm (ref32) computes with llamacpp's
+ * declared profile act-q8, which bisect picks by itself and names. Measured
+ * at out.logits (max over steps): llamacpp vs ref 3e-7 (F32) .. 2.1e-2..2.8e-2
+ * (quantized), ref32(act-q8) vs ref the same, llamacpp vs ref32(act-q8)
+ * 2.1e-7..2.4e-7 on quantized fixtures (the activation codes agree; only the
+ * summation order differs).
+ * qwen3moe-q4_k is the exception, kept on purpose with the same prompt: at
+ * layer 1, token 3 the 2nd and 3rd router probabilities are 0.0033 apart in
+ * f64 and the 8-bit activations swap them, in llama.cpp AND in the act-q8
+ * control alike. Against ref, integer taps are exact, so compare says
+ * DIVERGENT at blk.1.moe_topk; the router audit (with the act-q8 control as
+ * noise) explains the flip as a near tie, the control picks the same experts
+ * as llama.cpp at every step, and llamacpp vs the control itself is
+ * conformant at the f32 floor. */
+Test(llamacpp, bisect_every_fixture_with_profile_matched_control, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    static char out[1 << 16];
+    for (size_t i = 0; i < td_fixture_count(); i++) {
+        const char *name = td_fixture_at(i)->name;
+        const int st = bisect(name, name, NULL, NULL, out, sizeof out);
+        cr_expect(strstr(out, "control: ref32, profile act-q8 (B declares act-q8)"), "%s: %s", name, out);
+        char pa[700], pb[700], pc[700], cmd[2600];
+        snprintf(pa, sizeof pa, "%s/%s/A-ref.h5", tmpdir, name);
+        snprintf(pb, sizeof pb, "%s/%s/B-llamacpp.h5", tmpdir, name);
+        snprintf(pc, sizeof pc, "%s/%s/control-ref32.h5", tmpdir, name);
+        if (strcmp(name, "qwen3moe-q4_k")) {
+            cr_expect_eq(st, 0, "%s: bisect ref vs llamacpp -> %d:\n%s", name, st, out);
+        } else {
+            cr_expect_eq(st, 1, "%s: the near-tie flip should be reported -> %d:\n%s", name, st, out);
+            cr_expect(strstr(out, "first divergent tap: blk.1.moe_topk"), "%s: %s", name, out);
+            snprintf(cmd, sizeof cmd, "'%s' audit '%s' '%s' --control '%s' 2>&1", exe, pa, pb, pc);
+            int sa = run_cmd(cmd, out, sizeof out);
+            cr_expect_eq(sa, 0, "%s: router audit -> %d:\n%s", name, sa, out);
+            cr_expect(strstr(out, "all explained"), "%s: %s", name, out);
+            // the control makes the same picks as llama.cpp: the flip is the arithmetic's
+            td_tapfile *fb = open_taps(pb), *fc = open_taps(pc);
+            for (int64_t s = 0; s < 4; s++)
+                for (int l = 0; l < 2; l++) {
+                    char tn[64];
+                    snprintf(tn, sizeof tn, "blk.%d.moe_topk", l);
+                    td_tap_info ib, ic;
+                    td_err err = {{0}};
+                    cr_assert_eq(td_tapfile_tap(fb, s, tn, &ib, &err), TD_OK, "%s", err.msg);
+                    cr_assert_eq(td_tapfile_tap(fc, s, tn, &ic, &err), TD_OK, "%s", err.msg);
+                    double *vb = read_tap(fb, s, &ib), *vc = read_tap(fc, s, &ic);
+                    cr_expect_eq(memcmp(vb, vc, ib.count * sizeof(double)), 0, "%s step %lld %s: control != llamacpp",
+                                 name, (long long)s, tn);
+                    free(vb), free(vc);
+                }
+            td_tapfile_close(fb);
+            td_tapfile_close(fc);
+        }
+        // llama.cpp against the same-arithmetic control directly, f32 noise as the budget
+        if (!is_f32_fixture(name)) {
+            const int sc = compare_to_control(name, name, out, sizeof out);
+            cr_expect_eq(sc, 0, "%s: llamacpp vs ref32(act-q8), budget ref32-vs-ref -> %d:\n%s", name, sc, out);
+        }
+        expect_attr(pb, "profile", "act-q8");
+        expect_attr(pc, "profile", "act-q8");
+        expect_attr(pa, "profile", "native");
+    }
+}
+
+/* A deliberately wrong llama.cpp arm (TD_LLAMACPP_PERTURB scales the source
+ * of blk.1.attn_v in the running graph, so everything after it computes with
+ * it) is caught and localized:
+ *  - F32 weights, 1%: bisect names blk.1.attn_v (budget ~1e-6 there);
+ *  - Q8_0 weights, 10%: bisect names blk.1.attn_v;
+ *  - Q8_0 weights, 1%: under bisect's budget against ref (the act-q8 control
+ *    itself is ~5e-3 from ref per matmul, so k=4 leaves ~2e-2 of room), but
+ *    comparing llamacpp with the same-arithmetic control directly (budget:
+ *    ref32-vs-ref f32 noise) names it, where the unperturbed arm is green.
+ * And the control with the WRONG profile (native) makes the honest arm
+ * diverge at the first quantized matmul, blk.0.attn_q. */
+Test(llamacpp, wrong_arm_is_caught, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    static char out[1 << 16];
+    int st = bisect("qwen3-q8_0", "q8-0pc", NULL, NULL, out, sizeof out); // unperturbed: green
+    cr_expect_eq(st, 0, "qwen3-q8_0 unperturbed -> %d:\n%s", st, out);
+    st = compare_to_control("qwen3-q8_0", "q8-0pc", out, sizeof out);
+    cr_expect_eq(st, 0, "qwen3-q8_0 unperturbed vs the act-q8 control -> %d:\n%s", st, out);
+    st = bisect("llama-f32", "f32-1pc", "TD_LLAMACPP_PERTURB='blk.1.attn_v*1.01'", NULL, out, sizeof out);
+    cr_expect_eq(st, 1, "llama-f32, attn_v x1.01 -> %d:\n%s", st, out);
+    cr_expect(strstr(out, "first divergent tap: blk.1.attn_v at step 0"), "%s", out);
+    st = bisect("qwen3-q8_0", "q8-10pc", "TD_LLAMACPP_PERTURB='blk.1.attn_v*1.1'", NULL, out, sizeof out);
+    cr_expect_eq(st, 1, "qwen3-q8_0, attn_v x1.1 -> %d:\n%s", st, out);
+    cr_expect(strstr(out, "first divergent tap: blk.1.attn_v at step 0"), "%s", out);
+
+    bisect("qwen3-q8_0", "q8-1pc", "TD_LLAMACPP_PERTURB='blk.1.attn_v*1.01'", NULL, out, sizeof out);
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "%s/qwen3-q8_0.gguf", tmpdir);
+    cr_assert_eq(access(cmd, R_OK), 0, "the fixture should be in %s", tmpdir);
+    st = compare_to_control("qwen3-q8_0", "q8-1pc", out, sizeof out);
+    cr_expect_eq(st, 1, "qwen3-q8_0, attn_v x1.01 vs the act-q8 control -> %d:\n%s", st, out);
+    cr_expect(strstr(out, "first divergent tap: blk.1.attn_v at step 0"), "%s", out);
+
+    st = bisect("qwen3-q8_0", "native", NULL, "--control-profile native", out, sizeof out);
+    cr_expect_eq(st, 1, "qwen3-q8_0 with a native control -> %d:\n%s", st, out);
+    cr_expect(strstr(out, "first divergent tap: blk.0.attn_q at step 0"), "%s", out);
+    cr_expect(strstr(out, "control: ref32, profile native (--control-profile; B declares act-q8)"), "%s", out);
+}
