@@ -210,6 +210,11 @@ typedef struct td_cmp_tap {
     int64_t lg_worst_row;             /* row of kl_max */
 
     uint64_t n_int_mismatch;
+    /* of those, how many the control pair shows at the same element too
+     * (an honest flip, e.g. a router near-tie decided the other way by the
+     * same arithmetic): when every mismatch is shown by the control the tap
+     * is not divergent */
+    uint64_t n_int_in_ctrl;
     /* the first mismatching flat index (integer taps, or non-finite
      * mismatches) and the two values there */
     uint64_t first_mismatch;

@@ -417,6 +417,37 @@ Test(compare, changed_router_pick_is_an_integer_mismatch) {
     td_cmp_result_free(r);
 }
 
+/* The same flip in the control arm (honest arithmetic of B's kind deciding a
+ * near-tie the other way) is not a bug; a flip the control does not show is. */
+Test(compare, router_flip_shown_by_the_control_is_not_divergent) {
+    write_arms();
+    perturb p = {.step = 1, .name = "blk.1.moe_topk", .int_change = 1};
+    tg_copy(P("cand.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    tg_copy(P("ref32.h5"), P("ctrl_flip.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ctrl_flip.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    int found = 0;
+    for (int64_t i = 0; i < r->n_taps; i++)
+        if (r->taps[i].step == 1 && !strcmp(r->taps[i].name, "blk.1.moe_topk")) {
+            cr_assert_eq(r->taps[i].n_int_mismatch, 1);
+            cr_assert_eq(r->taps[i].n_int_in_ctrl, 1);
+            found = 1;
+        }
+    cr_assert(found);
+    td_cmp_result_free(r);
+    // a different element flipped in the control does not explain this one
+    perturb q = {.step = 2, .name = "blk.1.moe_topk", .int_change = 1};
+    tg_copy(P("ref32.h5"), P("ctrl_other.h5"), perturb_fn, &q, NULL, NULL, NULL, NULL);
+    o.control = P("ctrl_other.h5");
+    r = cmp(P("ref.h5"), P("bad.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(r->taps[r->first].name, "blk.1.moe_topk");
+    cr_assert_eq(r->taps[r->first].step, 1);
+    td_cmp_result_free(r);
+}
+
 Test(compare, growth_follows_the_producer_map) {
     write_arms();
     td_cmp_options o = td_cmp_options_default();
