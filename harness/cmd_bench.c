@@ -213,11 +213,11 @@ int td_cmd_bench(int argc, char **argv) {
     const td_backend_vt *vt = td_backend_find(a.backend);
     if (!vt) {
         // a backend tapdiff knows of but this build lacks is a skip, not a usage error
-        static const char *const known[] = {"cpu", "cuda", "metal", "llamacpp"};
-        for (size_t i = 0; i < sizeof known / sizeof known[0]; i++)
-            if (!strcmp(a.backend, known[i]))
-                return td_cli_failf(CMD, TD_SKIP, "backend '%s' is not built into this tapdiff", a.backend);
-        return td_cli_failf(CMD, TD_EUSAGE, "unknown backend '%s'", a.backend);
+        const char *why = td_backend_absent_reason(a.backend);
+        if (why) return td_cli_failf(CMD, TD_SKIP, "%s", why);
+        char names[256];
+        td_backend_names(names, sizeof names);
+        return td_cli_failf(CMD, TD_EUSAGE, "unknown backend '%s' (known: %s)", a.backend, names);
     }
     td_err err = {{0}};
     td_model *m = NULL;

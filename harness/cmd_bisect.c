@@ -14,6 +14,7 @@
 #include <cJSON.h>
 
 #include "cli.h"
+#include "faults.h"
 #include "compare.h"
 #include "report.h"
 #include "runner.h"
@@ -23,6 +24,7 @@ static const char *const bisect_help =
     "                      [--steps N] [--control-arm ARM|none] [--out-dir DIR] [--report DIR]\n"
     "                      [--control-profile P] [--k N] [--filter PATTERN] [--threads N]\n"
     "                      [--inject FAULT] [--json] [--quiet]\n"
+    "       tapdiff bisect --list-faults\n"
     "\n"
     "Runs arm A (the reference) greedy over the prompt and N decode steps, then arm B and the\n"
     "control arm pinned to the tokens A consumed, and compares B against A tap by tap. The\n"
@@ -41,7 +43,10 @@ static const char *const bisect_help =
     "  --report DIR         report directory (default OUT-DIR/report): report.md/.json/.html\n"
     "  --k N, --filter P    as in tapdiff compare\n"
     "  --threads N          backend threads\n"
-    "  --inject FAULT       run B with a named fault (backends that support it)\n"
+    "  --inject FAULT       run B (only) with a named fault (the cpu backend); an\n"
+    "                       inp.tokens difference is then localized, not refused\n"
+    "  --list-faults        print the cpu backend's fault catalog: name, expected first\n"
+    "                       divergent tap and step, the bug, where it shows\n"
     "  --json               print the comparison's JSON instead of the text verdict\n"
     "\n"
     "exit: 0 conformant, 1 divergent, 2 usage (or an unknown backend), 3 bad model/tokens,\n"
@@ -63,6 +68,20 @@ static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
     return 0;
 }
 
+/* The cpu backend's fault catalog, one fault a line (faults.h). */
+static void list_faults(void) {
+    printf("%-20s %-30s %s\n", "fault", "first divergent tap (step)", "bug / where it shows");
+    for (int f = 1; f < TD_FAULT_COUNT; f++) {
+        const td_cpu_fault_info *fi = td_cpu_fault_get((td_cpu_fault)f);
+        char tap[96];
+        if (fi->first_tap_qwen3)
+            snprintf(tap, sizeof tap, "%s (%d); qwen3: %s", fi->first_tap, fi->first_step, fi->first_tap_qwen3);
+        else
+            snprintf(tap, sizeof tap, "%s (%d)", fi->first_tap, fi->first_step);
+        printf("%-20s %-30s %s\n%-51s  shows on: %s\n", fi->name, tap, fi->bug, "", fi->fixtures);
+    }
+}
+
 static int parse_args(int argc, char **argv, bisect_args *a) {
     memset(a, 0, sizeof *a);
     a->steps = 16;
@@ -71,6 +90,10 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         const char *arg = argv[i];
         if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
             fputs(bisect_help, stdout);
+            return -1;
+        }
+        if (!strcmp(arg, "--list-faults")) {
+            list_faults();
             return -1;
         }
         if (!strcmp(arg, "--json")) {
@@ -227,6 +250,9 @@ int td_cmd_bisect(int argc, char **argv) {
     if (a.k > 0) o.k = a.k;
     o.filter = a.filter;
     o.control = pc;
+    // B was fed A's tokens: an inp.tokens difference is B consuming another
+    // token than it was given (a feedback bug to localize), not a usage error
+    o.allow_token_mismatch = 1;
     if ((rc = td_compare(pa, pb, &o, &cr, &err))) goto out;
     char ctrl_line[256];
     const char *declared = td_backend_find(a.b)->profile ? td_backend_find(a.b)->profile : "native";

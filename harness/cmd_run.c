@@ -31,6 +31,8 @@ static const char *const run_help =
     "                       default full with --out, none without\n"
     "  --out F.h5           tap file to write\n"
     "  --threads N          backend threads (default: the backend's choice)\n"
+    "  --inject FAULT       run with a named deliberate bug (cpu backend; tapdiff bisect\n"
+    "                       --list-faults lists them)\n"
     "  --profile P          arithmetic profile: native (default: the backend's own) or\n"
     "                       act-q8 (ref32, cpu: activations rounded before each matmul as\n"
     "                       llama.cpp's CPU path does); recorded as the tap file's `profile`\n"
@@ -46,7 +48,7 @@ static const char *const run_help =
     "exit: 0 ok, 1 --check failed, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
 
 typedef struct run_args {
-    const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out, *profile;
+    const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out, *profile, *inject;
     long long steps, threads, ctx;
     int steps_given, quiet, check;
 } run_args;
@@ -100,6 +102,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
         else if (!strcmp(name, "--taps")) a->taps = val;
         else if (!strcmp(name, "--out")) a->out = val;
         else if (!strcmp(name, "--profile")) a->profile = val;
+        else if (!strcmp(name, "--inject")) a->inject = val;
         else if (!strcmp(name, "--steps")) {
             if (parse_ll(val, 0, 100000000, &a->steps))
                 return td_cli_failf("run", TD_EUSAGE, "--steps: expected a count >= 0, got '%s'", val);
@@ -237,6 +240,7 @@ int td_cmd_run(int argc, char **argv) {
     cfg.n_steps = a.steps;
     cfg.threads = (int)a.threads;
     cfg.profile = a.profile;
+    cfg.inject = a.inject;
     cfg.n_ctx = (uint32_t)a.ctx;
     cfg.command_line = td_cli_command_line;
     if (a.out && (!a.taps || strcmp(a.taps, "none"))) {

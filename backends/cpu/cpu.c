@@ -9,6 +9,11 @@
  *   - a segment of at least gemm_min_t tokens dequantizes a tile of weight
  *     rows to f32 and calls sgemm; a smaller one (decode) runs the per-type
  *     dot kernel on the stored row for each token;
+ *   - profile act-q8 (opt-in): every input row of a matmul is first rounded
+ *     as llama.cpp converts it for the weight's type (Q8_0 / Q8_K blocks,
+ *     f16, bf16; reference.h td_ref_act_round_f32 is the definition); the
+ *     dot path then runs the integer kernels on the codes, sgemm and the
+ *     types without an integer kernel compute with x' = d*q in f32;
  *   - attention runs one task per (token, head).
  * Shapes in comments are row-major, outermost first: (T, E) = T rows of E. */
 #include <math.h>
@@ -23,6 +28,7 @@
 
 #include "cpu.h"
 #include "cpu_kernels.h"
+#include "faults.h"
 #include "pool.h"
 #include "reference.h" /* TD_REF_HIST_W: hist.tokens has the reference's width */
 #include "td_config.h"
@@ -45,16 +51,28 @@ typedef struct cpu_layer {
     float *bo;                   // (E) or NULL
 } cpu_layer;
 
-/* One matmul input (rows, n) in every form the kernels read: f32 with its
- * sums per 32 values (native dots), and under act-q8 its 8-bit rounding
- * (td_cpu_xq8 arrays) plus x' = d*q for the paths that read floats. */
-typedef struct cpu_in {
-    int64_t n;
-    float *x;             // (rows, n)
-    float *xs;            // (rows, n/32)
-    int8_t *q;            // act-q8 only, else NULL: (rows, n)
+/* One 8-bit activation format of an input (act-q8): the td_cpu_xq8 arrays
+ * and x' = d*q for the paths that read floats. */
+typedef struct cpu_q8 {
+    int8_t *q;            // (rows, n)
     float *d, *d16, *d32; // (rows, n/32), (rows, n/16), (rows, n/32)
     float *xd, *xds;      // (rows, n) x' = d*q; (rows, n/32) its sums per 32
+} cpu_q8;
+
+/* The forms an input is prepared in under act-q8: one bit per activation
+ * format the weights it feeds convert it to (reference.h td_ref_act_format). */
+enum { FMT_Q8_0 = 1, FMT_Q8_K = 2, FMT_F16 = 4, FMT_BF16 = 8 };
+
+/* One matmul input (rows, n) in every form the kernels read: f32 with its
+ * sums per 32 values (native dots), and under act-q8 the roundings its
+ * weights ask for (fmts). */
+typedef struct cpu_in {
+    int64_t n;
+    unsigned fmts;        // FMT_* bits prepared (0 under native)
+    float *x;             // (rows, n)
+    float *xs;            // (rows, n/32)
+    cpu_q8 q8[2];         // [TD_CPU_ACT_Q8_0], [TD_CPU_ACT_Q8_K]
+    float *xh[2];         // (rows, n) x rounded to f16 [0] / bf16 [1]
 } cpu_in;
 
 /* Activations of one forward over T tokens; grown when a larger T comes. */
@@ -103,7 +121,10 @@ typedef struct cpu_backend {
     td_cpu_kernels k;
     td_cpu_pool *pool;
     int n_threads;
-    int act_q8;      // profile "act-q8": activations of quantized matmuls rounded to 8 bits
+    int fault;       // td_cpu_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
+    int64_t n_fwd;   // forwards since open/reset: the step index stale_token counts
+    int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
+    unsigned fmts_xn, fmts_ctx, fmts_act, fmts_xs; // FMT_* each input needs (its weights' types)
     int64_t gemm_min_t;
     int64_t n_ctx, n_past, kv_cap;
     float **k_cache, **v_cache; // n_layer x (kv_cap, Hkv*D), row = position; post-norm, post-RoPE keys
@@ -199,8 +220,22 @@ static void mm_task(void *ctx, int64_t task, int th) {
     mm_dot_rows(j->b, s, r0, nr, th);
 }
 
-/* Appends a segment to the job being built in b->segs. */
-/* Appends a segment reading rows r0 .. r0+T-1 of the input `in`. */
+/* The FMT_* bit a weight of `type` converts its input to under act-q8
+ * (0: f32 as is, and always under native). */
+static unsigned act_fmt(const cpu_backend *b, int type) {
+    td_ref_act_fmt f;
+    if (!b->act_q8 || td_ref_act_format(type, &f)) return 0;
+    switch (f) {
+    case TD_ACT_Q8_0: case TD_ACT_Q8_1: return FMT_Q8_0;
+    case TD_ACT_Q8_K: return FMT_Q8_K;
+    case TD_ACT_F16: return FMT_F16;
+    case TD_ACT_BF16: return FMT_BF16;
+    default: return 0;
+    }
+}
+
+/* Appends a segment to the job being built in b->segs, reading rows
+ * r0 .. r0+T-1 of the input `in`. */
 static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row0, int64_t n_out, const cpu_in *in,
                     int64_t r0, int64_t T, float *y, int64_t ldy, const float *bias, int allow_gemm) {
     TD_ASSERT(*n_segs < b->max_segs && W->ne[0] <= b->max_in && (uint64_t)(row0 + n_out) <= W->n_rows);
@@ -216,15 +251,20 @@ static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row
 #else
     (void)allow_gemm;
 #endif
-    if (b->act_q8 && td_cpu_act_q8_applies(W->type)) {
+    s->x = in->x + r0 * n;
+    s->xsum = in->xs + r0 * ns;
+    const unsigned fmt = act_fmt(b, W->type);
+    if (fmt & (FMT_Q8_0 | FMT_Q8_K)) {
         // the profile's activations x' = d*q: as codes for an integer kernel, else as floats
+        const cpu_q8 *c = &in->q8[fmt == FMT_Q8_K];
+        TD_ASSERT(in->fmts & fmt);
         s->use_q8 = !s->gemm && op->dot_q8;
-        s->xq = (td_cpu_xq8){in->q + r0 * n, in->d + r0 * ns, in->d16 + 2 * r0 * ns, in->d32 + r0 * ns};
-        s->x = in->xd + r0 * n;
-        s->xsum = in->xds + r0 * ns;
-    } else {
-        s->x = in->x + r0 * n;
-        s->xsum = in->xs + r0 * ns;
+        s->xq = (td_cpu_xq8){c->q + r0 * n, c->d + r0 * ns, c->d16 + 2 * r0 * ns, c->d32 + r0 * ns};
+        s->x = c->xd + r0 * n;
+        s->xsum = c->xds + r0 * ns;
+    } else if (fmt) { // F16 / BF16 weights: x rounded to their format
+        TD_ASSERT(in->fmts & fmt);
+        s->x = in->xh[fmt == FMT_BF16] + r0 * n;
     }
     if (!op->needs_xsum) s->xsum = NULL;
     if (s->gemm) {
@@ -261,36 +301,51 @@ static void matmul(cpu_backend *b, float *y, const cpu_in *in, const td_tensor *
 /* Rows [r0, r0+rows) of in->x were written: derive the other forms. Rows
  * whose n is not a multiple of 32 only feed float types (every block of a
  * quantized type is >= 32 values), so they need none. */
-static void in_prepare(const cpu_backend *b, cpu_in *in, int64_t r0, int64_t rows) {
+static void in_prepare_rows(const cpu_backend *b, cpu_in *in, int64_t r0, int64_t rows) {
     const int64_t n = in->n, ns = n / TD_CPU_XSUM_GROUP;
-    if (n % TD_CPU_XSUM_GROUP) return;
     for (int64_t r = r0; r < r0 + rows; r++) {
-        td_cpu_xsum(in->xs + r * ns, in->x + r * n, n);
-        if (b->act_q8) {
-            td_cpu_quantize_act(in->x + r * n, n, in->q + r * n, in->d + r * ns, in->d16 + 2 * r * ns,
-                                in->d32 + r * ns, in->xd + r * n);
-            td_cpu_xsum(in->xds + r * ns, in->xd + r * n, n);
-        }
+        const float *x = in->x + r * n;
+        if (n % TD_CPU_XSUM_GROUP == 0) td_cpu_xsum(in->xs + r * ns, x, n);
+        for (int f = 0; f < 2; f++) // the 8-bit formats (their weights' blocks make n fit)
+            if (in->fmts & (f ? FMT_Q8_K : FMT_Q8_0)) {
+                const cpu_q8 *c = &in->q8[f];
+                b->k.quantize_act((td_cpu_act_fmt)f, x, n, c->q + r * n, c->d + r * ns, c->d16 + 2 * r * ns,
+                                  c->d32 + r * ns, c->xd + r * n);
+                td_cpu_xsum(c->xds + r * ns, c->xd + r * n, n);
+            }
+        if (in->fmts & FMT_F16)
+            for (int64_t i = 0; i < n; i++) in->xh[0][r * n + i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+        if (in->fmts & FMT_BF16)
+            for (int64_t i = 0; i < n; i++) in->xh[1][r * n + i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
     }
 }
 
-static void in_alloc(cpu_in *in, size_t rows, size_t n, int act_q8) {
+static void in_alloc(cpu_in *in, size_t rows, size_t n, unsigned fmts) {
     const size_t ns = n / TD_CPU_XSUM_GROUP + 1, fs = sizeof(float);
     in->n = (int64_t)n;
+    in->fmts = fmts;
     in->x = td_xcalloc(rows * n, fs);
     in->xs = td_xcalloc(rows * ns, fs);
-    if (act_q8) {
-        in->q = td_xcalloc(rows * n, 1);
-        in->d = td_xcalloc(rows * ns, fs);
-        in->d16 = td_xcalloc(2 * rows * ns, fs);
-        in->d32 = td_xcalloc(rows * ns, fs);
-        in->xd = td_xcalloc(rows * n, fs);
-        in->xds = td_xcalloc(rows * ns, fs);
-    }
+    for (int f = 0; f < 2; f++)
+        if (fmts & (f ? FMT_Q8_K : FMT_Q8_0)) {
+            cpu_q8 *c = &in->q8[f];
+            c->q = td_xcalloc(rows * n, 1);
+            c->d = td_xcalloc(rows * ns, fs);
+            c->d16 = td_xcalloc(2 * rows * ns, fs);
+            c->d32 = td_xcalloc(rows * ns, fs);
+            c->xd = td_xcalloc(rows * n, fs);
+            c->xds = td_xcalloc(rows * ns, fs);
+        }
+    for (int f = 0; f < 2; f++)
+        if (fmts & (f ? FMT_BF16 : FMT_F16)) in->xh[f] = td_xcalloc(rows * n, fs);
 }
 
 static void in_free(cpu_in *in) {
-    free(in->x), free(in->xs), free(in->q), free(in->d), free(in->d16), free(in->d32), free(in->xd), free(in->xds);
+    free(in->x), free(in->xs), free(in->xh[0]), free(in->xh[1]);
+    for (int f = 0; f < 2; f++) {
+        cpu_q8 *c = &in->q8[f];
+        free(c->q), free(c->d), free(c->d16), free(c->d32), free(c->xd), free(c->xds);
+    }
     memset(in, 0, sizeof *in);
 }
 
@@ -323,6 +378,68 @@ static void softmax_f32(float *out, const float *x, int64_t n) {
 
 static float silu(float g) {
     return g / (1.0f + expf(-g));
+}
+
+/* Row-wise steps (norms, activation preparation, SwiGLU) of a prefill run
+ * in parallel over blocks of rows; every row is computed by the same code
+ * whoever runs it. Small jobs (decode) stay on the calling thread. */
+typedef enum row_op { ROW_RMSNORM, ROW_PREPARE, ROW_SWIGLU, ROW_SILU } row_op;
+
+typedef struct row_job {
+    cpu_backend *b;
+    row_op op;
+    int64_t rows, n, chunk;
+    float *out;              // RMSNORM (rows, n); SWIGLU/SILU (rows, n)
+    const float *x, *w;      // RMSNORM input (rows, n), weight (n)
+    float eps;
+    const float *gate, *up;  // SWIGLU/SILU (rows, n)
+    cpu_in *in;              // PREPARE: rows r0 .. r0+rows-1 of in
+    int64_t r0;
+} row_job;
+
+static void row_task(void *ctx, int64_t task, int th) {
+    (void)th;
+    const row_job *j = ctx;
+    const int64_t a = task * j->chunk, e = a + j->chunk < j->rows ? a + j->chunk : j->rows, n = j->n;
+    switch (j->op) {
+    case ROW_RMSNORM:
+        if (j->b->fault == TD_FAULT_RMSNORM_EPS)
+            td_cpu_fault_rmsnorm_rows(j->out + a * n, j->x + a * n, j->w, j->eps, e - a, n);
+        else
+            rmsnorm_rows(j->out + a * n, j->x + a * n, j->w, j->eps, e - a, n);
+        break;
+    case ROW_PREPARE: in_prepare_rows(j->b, j->in, j->r0 + a, e - a); break;
+    case ROW_SWIGLU:
+        for (int64_t i = a * n; i < e * n; i++) j->out[i] = silu(j->gate[i]) * j->up[i];
+        break;
+    case ROW_SILU: // llama MoE without gate tensors
+        for (int64_t i = a * n; i < e * n; i++) j->out[i] = silu(j->up[i]);
+        break;
+    }
+}
+
+static void run_rows(cpu_backend *b, row_job *j) {
+    if (j->rows <= 0) return;
+    const int64_t want = 4 * (int64_t)b->n_threads;
+    j->b = b;
+    j->chunk = j->rows < 2 || j->rows * j->n < 32768 ? j->rows : (j->rows + want - 1) / want;
+    td_cpu_pool_run(b->pool, (j->rows + j->chunk - 1) / j->chunk, row_task, j);
+}
+
+static void par_rmsnorm(cpu_backend *b, float *out, const float *x, const float *w, int64_t rows, int64_t n) {
+    row_job j = {.op = ROW_RMSNORM, .rows = rows, .n = n, .out = out, .x = x, .w = w, .eps = b->hp.rms_eps};
+    run_rows(b, &j);
+}
+
+static void par_act(cpu_backend *b, float *out, const float *gate, const float *up, int64_t rows, int64_t n) {
+    row_job j = {.op = gate ? ROW_SWIGLU : ROW_SILU, .rows = rows, .n = n, .out = out, .gate = gate, .up = up};
+    run_rows(b, &j);
+}
+
+/* Rows [r0, r0+rows) of in->x were written: derive the other forms. */
+static void in_prepare(cpu_backend *b, cpu_in *in, int64_t r0, int64_t rows) {
+    row_job j = {.op = ROW_PREPARE, .rows = rows, .n = in->n, .in = in, .r0 = r0};
+    run_rows(b, &j);
 }
 
 /* YaRN correction dimension for beta rotations (primitives §2.3) */
@@ -371,7 +488,7 @@ static void rope_tables(cpu_backend *b, int64_t T, int64_t pos0) {
 static void rope_apply(cpu_backend *b, float *x, int64_t T, int64_t n_heads) {
     const td_hparams *hp = &b->hp;
     const int64_t D = hp->head_dim, half = hp->rope_dims / 2;
-    const int norm = hp->rope_type == TD_ROPE_NORM;
+    const int norm = (hp->rope_type == TD_ROPE_NORM) ^ (b->fault == TD_FAULT_ROPE_PAIRING);
     for (int64_t t = 0; t < T; t++) {
         const float *c = b->a.rope_c + t * half, *s = b->a.rope_s + t * half;
         for (int64_t h = 0; h < n_heads; h++) {
@@ -402,11 +519,12 @@ static void attn_task(void *ctx, int64_t task, int th) {
     cpu_backend *b = j->b;
     const int64_t H = b->hp.n_head, Hkv = b->hp.n_head_kv, D = b->hp.head_dim;
     const int64_t t = task / H, h = task % H;
-    const int64_t g = h / (H / Hkv); // consecutive query heads share a KV head
+    // consecutive query heads share a KV head
+    const int64_t g = b->fault == TD_FAULT_GQA_MAP_MOD ? h % Hkv : h / (H / Hkv);
     const int64_t n = j->pos0 + t + 1; // causal: positions 0..pos, the token itself included
     const float *q = b->a.q + (t * H + h) * D;
     const float *kc = b->k_cache[j->l] + g * D, *vc = b->v_cache[j->l] + g * D;
-    const float scale = (float)(1.0 / sqrt((double)D));
+    const float scale = (float)(b->fault == TD_FAULT_ATTN_SCALE ? 1.0 / (double)D : 1.0 / sqrt((double)D));
     float *att = b->att[th];
     for (int64_t s = 0; s < n; s++) att[s] = scale * b->k.dot_f32(q, kc + s * Hkv * D, D);
     softmax_f32(att, att, n);
@@ -433,7 +551,7 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int64_t HD = H * D, KD = Hkv * D;
 
-    rmsnorm_rows(a->xn.x, a->x, CL->attn_norm, hp->rms_eps, T, E);
+    par_rmsnorm(b, a->xn.x, a->x, CL->attn_norm, T, E);
     tap2(sink, l, "attn_norm", a->xn.x, T, E);
     in_prepare(b, &a->xn, 0, T);
 
@@ -453,11 +571,11 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     tap2(sink, l, "attn_v", a->v, T, KD);
 
     if (CL->q_norm) { // qwen3 family: per-head RMSNorm before RoPE
-        rmsnorm_rows(a->q, a->q, CL->q_norm, hp->rms_eps, T * H, D);
+        par_rmsnorm(b, a->q, a->q, CL->q_norm, T * H, D);
         tap2(sink, l, "attn_q_norm", a->q, T, HD);
     }
     if (CL->k_norm) {
-        rmsnorm_rows(a->k, a->k, CL->k_norm, hp->rms_eps, T * Hkv, D);
+        par_rmsnorm(b, a->k, a->k, CL->k_norm, T * Hkv, D);
         tap2(sink, l, "attn_k_norm", a->k, T, KD);
     }
     rope_apply(b, a->q, T, H);
@@ -465,9 +583,11 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     tap2(sink, l, "attn_q_rope", a->q, T, HD);
     tap2(sink, l, "attn_k_rope", a->k, T, KD);
 
-    memcpy(b->k_cache[l] + pos0 * KD, a->k, (size_t)(T * KD) * sizeof(float));
-    memcpy(b->v_cache[l] + pos0 * KD, a->v, (size_t)(T * KD) * sizeof(float));
-    attn_job aj = {b, l, T, pos0};
+    // kv_pos_off_by_one: a decode step writes (and attends up to) position p-1
+    const int64_t kv0 = pos0 - (b->fault == TD_FAULT_KV_POS && pos0 > 0);
+    memcpy(b->k_cache[l] + kv0 * KD, a->k, (size_t)(T * KD) * sizeof(float));
+    memcpy(b->v_cache[l] + kv0 * KD, a->v, (size_t)(T * KD) * sizeof(float));
+    attn_job aj = {b, l, T, kv0};
     td_cpu_pool_run(b->pool, T * H, attn_task, &aj);
     tap2(sink, l, "attn_ctx", a->ctx.x, T, HD);
 
@@ -487,7 +607,7 @@ static void ffn_dense(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     mm_run(b, n);
     tap2(sink, l, "ffn_gate", a->gate, T, F);
     tap2(sink, l, "ffn_up", a->up, T, F);
-    for (int64_t i = 0; i < T * F; i++) a->act.x[i] = silu(a->gate[i]) * a->up[i];
+    par_act(b, a->act.x, a->gate, a->up, T, F);
     tap2(sink, l, "ffn_act", a->act.x, T, F);
     in_prepare(b, &a->act, 0, T);
     matmul(b, a->proj, &a->act, L->ffn_down, 0, E, T, NULL);
@@ -528,7 +648,12 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     tap2(sink, l, "moe_logits", a->moe_logits, T, X);
     for (int64_t t = 0; t < T; t++) softmax_f32(a->moe_probs + t * X, a->moe_logits + t * X, X);
     tap2(sink, l, "moe_probs", a->moe_probs, T, X);
-    for (int64_t t = 0; t < T; t++) moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K);
+    if (b->fault == TD_FAULT_ROUTER_TIEBREAK || b->fault == TD_FAULT_MOE_NO_RENORM)
+        for (int64_t t = 0; t < T; t++)
+            td_cpu_fault_moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K,
+                                   b->fault == TD_FAULT_ROUTER_TIEBREAK, b->fault != TD_FAULT_MOE_NO_RENORM);
+    else
+        for (int64_t t = 0; t < T; t++) moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K);
     const int64_t shape_tk[2] = {T, K};
     TD_TAP(sink, l, "moe_topk", TD_DT_I32, a->moe_topk, 2, shape_tk);
     tap2(sink, l, "moe_weights", a->moe_w, T, K);
@@ -553,10 +678,8 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
         if (L->ffn_gate_exps) seg_add(b, &n, L->ffn_gate_exps, e * F, F, &a->xs, r0, ne, a->gate + r0 * F, F, NULL, 1);
     }
     mm_run(b, n);
-    if (L->ffn_gate_exps)
-        for (int64_t i = 0; i < rows * F; i++) a->act.x[i] = silu(a->gate[i]) * a->up[i];
-    else // llama MoE without gate tensors: W_down . silu(W_up x)
-        for (int64_t i = 0; i < rows * F; i++) a->act.x[i] = silu(a->up[i]);
+    // llama MoE without gate tensors: W_down . silu(W_up x)
+    par_act(b, a->act.x, L->ffn_gate_exps ? a->gate : NULL, a->up, rows, F);
     in_prepare(b, &a->act, 0, rows);
 
     // expert e = rows e*E .. e*E+E-1 of ffn_down_exps
@@ -587,10 +710,14 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     const int64_t E = b->hp.n_embd;
 
     attention_block(b, l, T, pos0, sink);
-    for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
+    if (b->fault == TD_FAULT_RESIDUAL_SKIP &&
+        l == (b->hp.n_layer > TD_FAULT_RESIDUAL_LAYER ? TD_FAULT_RESIDUAL_LAYER : 0))
+        memcpy(a->x, a->proj, (size_t)(T * E) * sizeof(float));
+    else
+        for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
     tap2(sink, l, "ffn_inp", a->x, T, E);
 
-    rmsnorm_rows(a->xn.x, a->x, b->layers[l].ffn_norm, b->hp.rms_eps, T, E);
+    par_rmsnorm(b, a->xn.x, a->x, b->layers[l].ffn_norm, T, E);
     tap2(sink, l, "ffn_norm", a->xn.x, T, E);
     in_prepare(b, &a->xn, 0, T);
     if (L->ffn_gate_inp) ffn_moe(b, l, T, sink);
@@ -622,15 +749,15 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
     const size_t fs = sizeof(float);
     a->cap_T = T;
     a->x = td_xcalloc(n * E, fs);
-    in_alloc(&a->xn, n, E, b->act_q8);
+    in_alloc(&a->xn, n, E, b->fmts_xn);
     a->q = td_xcalloc(n * HD, fs);
     a->k = td_xcalloc(n * KD, fs);
     a->v = td_xcalloc(n * KD, fs);
-    in_alloc(&a->ctx, n, HD, b->act_q8);
+    in_alloc(&a->ctx, n, HD, b->fmts_ctx);
     a->proj = td_xcalloc(n * E, fs);
     a->gate = td_xcalloc(rows * F, fs);
     a->up = td_xcalloc(rows * F, fs);
-    in_alloc(&a->act, rows, F, b->act_q8);
+    in_alloc(&a->act, rows, F, b->fmts_act);
     a->logits = td_xcalloc(n * V, fs);
     a->rope_c = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
     a->rope_s = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
@@ -641,7 +768,7 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
         a->moe_probs = td_xcalloc(n * X, fs);
         a->moe_topk = td_xcalloc(n * K, sizeof(int32_t));
         a->moe_w = td_xcalloc(n * K, fs);
-        in_alloc(&a->xs, rows, E, b->act_q8);
+        in_alloc(&a->xs, rows, E, b->fmts_xs);
         a->ys = td_xcalloc(rows * E, fs);
         a->route_t = td_xcalloc(rows, sizeof(int32_t));
         a->route_j = td_xcalloc(rows, sizeof(int32_t));
@@ -685,6 +812,9 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
             return td_err_set(err, TD_EINPUT, NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
                               (long long)t, tokens[t], (long long)V);
 
+    int32_t stale[1] = {0}; // stale_token: this decode step consumes token 0
+    if (b->fault == TD_FAULT_STALE_TOKEN && b->n_fwd == TD_FAULT_STALE_STEP && T == 1) tokens = stale;
+    b->n_fwd++;
     acts_ensure(b, T);
     kv_ensure(b, pos0 + T);
     cpu_acts *a = &b->a;
@@ -703,7 +833,7 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     rope_tables(b, T, pos0);
     for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(b, (int)l, T, pos0, sink);
 
-    rmsnorm_rows(a->xn.x, a->x, b->out_norm, hp->rms_eps, T, E);
+    par_rmsnorm(b, a->xn.x, a->x, b->out_norm, T, E);
     tap2(sink, -1, "out.norm", a->xn.x, T, E);
     in_prepare(b, &a->xn, 0, T);
     // output.weight, or token_embd.weight when tied (the model binds either)
@@ -731,6 +861,7 @@ static void cpu_reset(td_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     b->n_past = 0;
     b->n_hist = 0;
+    b->n_fwd = 0;
 }
 
 static void free_layer(cpu_layer *l) {
@@ -860,6 +991,23 @@ static int load_model(cpu_backend *b, td_err *err) {
     return TD_OK;
 }
 
+/* Under act-q8: the formats each input must be prepared in, from the types
+ * of the weights it feeds. */
+static void plan_formats(cpu_backend *b) {
+    const td_model *m = b->m;
+#define FMT(t) ((t) ? act_fmt(b, (t)->type) : 0u)
+    b->fmts_xn = FMT(m->output);
+    for (uint32_t i = 0; i < b->hp.n_layer; i++) {
+        const td_layer *L = &m->layers[i];
+        b->fmts_xn |= FMT(L->wq) | FMT(L->wk) | FMT(L->wv) | FMT(L->wqkv) | FMT(L->ffn_gate) | FMT(L->ffn_up) |
+                      FMT(L->ffn_gate_inp);
+        b->fmts_ctx |= FMT(L->wo);
+        b->fmts_act |= FMT(L->ffn_down) | FMT(L->ffn_down_exps);
+        b->fmts_xs |= FMT(L->ffn_up_exps) | FMT(L->ffn_gate_exps);
+    }
+#undef FMT
+}
+
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
 
 const td_backend_vt td_cpu_backend = {
@@ -874,13 +1022,13 @@ const td_backend_vt td_cpu_backend = {
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
     *out = NULL;
-    if (p && p->inject && p->inject[0])
-        return td_err_set(err, TD_EINPUT, NAME ": fault injection '%s' is not implemented in the cpu backend", p->inject);
+    td_cpu_fault fault;
+    if (td_cpu_fault_parse(p ? p->inject : NULL, &fault, err)) return TD_EINPUT;
     const char *profile = p && p->profile && p->profile[0] ? p->profile : "native";
     if (strcmp(profile, "native") && strcmp(profile, "act-q8"))
         return td_err_set(err, TD_EINPUT,
                           NAME ": arithmetic profile '%s' is not supported (expected native: f32 activations, or "
-                               "act-q8: activations of quantized matmuls rounded to 8 bits per 32 values)",
+                               "act-q8: matmul inputs rounded as llama.cpp's CPU path does)",
                           profile);
     if (p && p->threads < 0) return td_err_set(err, TD_EINPUT, NAME ": threads must be >= 0, got %d", p->threads);
 
@@ -889,13 +1037,15 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     b->m = m;
     b->hp = m->hp;
     b->act_q8 = !strcmp(profile, "act-q8");
-    td_cpu_kernels_init(&b->k, getenv("XX_C") ? TD_CPU_ISA_C : TD_CPU_ISA_AVX2);
-    if (getenv("XX_NOQ4K")) b->k.type[TD_TYPE_Q4_K].dot_q8 = NULL;
+    td_cpu_kernels_init(&b->k, TD_CPU_ISA_AVX2);
+    b->fault = fault;
+    td_cpu_fault_patch_kernels(&b->k, fault);
     int rc = load_model(b, err);
     if (rc) {
         cpu_close(&b->base);
         return rc;
     }
+    plan_formats(b);
     const td_hparams *hp = &b->hp;
 
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -919,9 +1069,8 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     b->max_in = E > HD ? E : HD;
     if (F > b->max_in) b->max_in = F;
-    b->tile_cap = tile_rows(b->max_in) * b->max_in;
-    for (int64_t n = 1; n <= b->max_in; n++) // the largest tile over every n_in up to max_in
-        if (tile_rows(n) * n > b->tile_cap) b->tile_cap = tile_rows(n) * n;
+    // tile_rows(n) * n <= TILE_BYTES/4 floats, except the 16-row minimum for n > TILE_BYTES/64
+    b->tile_cap = TILE_BYTES / 4 > 16 * b->max_in ? TILE_BYTES / 4 : 16 * b->max_in;
     b->tile = td_xcalloc((size_t)b->n_threads, sizeof(float *));
     b->rowbuf = td_xcalloc((size_t)b->n_threads, sizeof(float *));
     b->att = td_xcalloc((size_t)b->n_threads, sizeof(float *));
@@ -940,7 +1089,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     snprintf(b->version, sizeof b->version,
              "tapdiff " TD_VERSION " (" TD_GIT_REV ") cpu: profile %s, f32 KV cache, kernels %s, %d threads, "
              "prefill %s",
-             b->act_q8 ? "act-q8 (activations of quantized matmuls rounded to 8 bits per 32 values)"
+             b->act_q8 ? "act-q8 (matmul inputs rounded as llama.cpp's CPU path: Q8_0, Q8_K, f16, bf16)"
                        : "native (f32 activations)",
              td_cpu_isa_name(b->k.isa), b->n_threads,
 #ifdef TD_HAVE_OPENBLAS
@@ -955,6 +1104,10 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
         snprintf(b->version + len, sizeof b->version - len, " (gemm_min_t = %lld)", (long long)b->gemm_min_t);
     }
 #endif
+    if (fault) { // a run with a deliberate bug must say so wherever its version is recorded
+        size_t len = strlen(b->version);
+        snprintf(b->version + len, sizeof b->version - len, " FAULT INJECTED: %s", td_cpu_fault_get(fault)->name);
+    }
     *out = &b->base;
     return TD_OK;
 }

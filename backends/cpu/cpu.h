@@ -3,8 +3,14 @@
  *
  *   - f32 activations, f32 KV cache; weights read in their stored format by
  *     per-type dot kernels (cpu_kernels.h: portable C, overridden by
- *     AVX2/FMA/F16C at run time); arithmetic profile "native" (no activation
- *     quantization), so ref32 is its control arm as it is;
+ *     AVX2/FMA/F16C at run time); arithmetic profile "native" by default (no
+ *     activation quantization), so ref32 is its control arm as it is;
+ *   - params->profile = "act-q8" (opt-in, declared in the version string):
+ *     activations entering a matmul are rounded as llama.cpp's CPU backend
+ *     converts them for the weight's type (Q8_0 / Q8_K blocks, f16, bf16;
+ *     the definition is reference.h td_ref_act_round_f32, which ref32 uses
+ *     under the same profile) and multiplied by the codes in integer
+ *     arithmetic;
  *   - prefill (T >= TD_CPU_GEMM_MIN_T tokens) through OpenBLAS sgemm on
  *     weight tiles dequantized to f32 (when built with OpenBLAS), decode
  *     through the dot kernels;

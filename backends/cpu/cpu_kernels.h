@@ -9,13 +9,16 @@
  * Arithmetic profiles:
  *   "native"  activations stay f32; every product w_i * x_i uses the exactly
  *             decoded weight, sums are f32 (the `dot` entries);
- *   "act-q8"  (opt-in, declared) the activation row entering a matmul with a
- *             block-quantized weight is first rounded to 8 bits per 32
- *             values (td_cpu_quantize_act below: x' = d*q), and the product
- *             with the codes is exact integer arithmetic per block, scaled
- *             in f32 (the `dot_q8` entries), as llama.cpp's CPU matmuls do
- *             (quants.md §8; the rounding rule is ours, documented below, so
- *             that ref32 can emulate it by computing with x'). */
+ *   "act-q8"  (opt-in, declared) the activation row entering a matmul is
+ *             first rounded as llama.cpp's CPU matmul converts it for the
+ *             weight's type (quants.md §8; the exact rules are the project's
+ *             definition, reference/reference.h td_ref_act_round_f32, which
+ *             ref32 uses to emulate it): Q8_0 blocks of 32 for the legacy
+ *             32-value types, Q8_K blocks of 256 for the K-quants (both
+ *             below, td_cpu_quantize_act), f16 / bf16 rounding for F16 / BF16
+ *             weights, nothing for F32. The product with the codes is exact
+ *             integer arithmetic per 32 values, scaled in f32 (the `dot_q8`
+ *             entries). */
 #ifndef TD_CPU_KERNELS_H
 #define TD_CPU_KERNELS_H
 
@@ -40,17 +43,23 @@ typedef float (*td_cpu_dot_fn)(const void *w, const float *x, const float *xsum,
  * once to float, as td_decode_row_f32. */
 typedef void (*td_cpu_row_fn)(int type, const void *w, float *dst, int64_t n);
 
-/* An activation row quantized for the act-q8 profile: n values in blocks of
- * 32, block j: d[j] = max|x| / 127 (f32; 0 for an all-zero block) and
- * q[32j + i] = round-half-even(x * (127 / max|x|)) in -127..127, so
- * x' = d * q. dsum16/dsum32 = d * (sum of q over 16 / 32 values), the sums
- * the offset and minimum terms of the weight formats need. */
+/* An activation row quantized for the act-q8 profile, seen by the kernels
+ * as blocks of 32 whatever the format: x' = d[j] * q[32j + i], with codes q
+ * in -127..127 (a Q8_K scale is repeated over its 8 blocks of 32).
+ * dsum16/dsum32 = d * (sum of q over 16 / 32 values), the sums the offset
+ * and minimum terms of the weight formats need. */
 typedef struct td_cpu_xq8 {
     const int8_t *q;      /* (n) */
     const float *d;       /* (n/32) */
     const float *dsum16;  /* (n/16) */
     const float *dsum32;  /* (n/32) */
 } td_cpu_xq8;
+
+/* The 8-bit activation formats of act-q8. */
+typedef enum td_cpu_act_fmt {
+    TD_CPU_ACT_Q8_0 = 0, /* blocks of 32, f16 scale (also llama.cpp's Q8_1 values) */
+    TD_CPU_ACT_Q8_K = 1, /* blocks of 256, f32 scale */
+} td_cpu_act_fmt;
 
 /* dot of one stored row with an act-q8 row (n values) */
 typedef float (*td_cpu_dot_q8_fn)(const void *w, const td_cpu_xq8 *x, int64_t n);
@@ -73,6 +82,10 @@ typedef struct td_cpu_kernels {
     /* f32 helpers of attention and the norms */
     float (*dot_f32)(const float *a, const float *b, int64_t n);
     void (*axpy_f32)(float *y, float a, const float *x, int64_t n); /* y += a x */
+    /* act-q8 activation rounding: td_cpu_quantize_act, or a SIMD version
+     * that gives the same bits */
+    void (*quantize_act)(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *q, float *d, float *dsum16,
+                         float *dsum32, float *xd);
 } td_cpu_kernels;
 
 /* Fills k with the C kernels, then overrides with the best ISA not above
@@ -85,15 +98,17 @@ const char *td_cpu_isa_name(td_cpu_isa isa);
 /* xsum (n/32) of x (n); n a multiple of 32. */
 void td_cpu_xsum(float *xsum, const float *x, int64_t n);
 
-/* act-q8: quantizes x (n, a multiple of 32) into the arrays of a
- * td_cpu_xq8 (q: n, d: n/32, dsum16: n/16, dsum32: n/32) and writes
- * x' = d*q into xd (n) when xd is not NULL. Portable C, the profile's
- * definition; the same in every table. */
-void td_cpu_quantize_act(const float *x, int64_t n, int8_t *q, float *d, float *dsum16, float *dsum32, float *xd);
-
-/* 1 for the weight types act-q8 quantizes activations for: every
- * block-quantized type (not F32, F16, BF16, F64). */
-int td_cpu_act_q8_applies(int type);
+/* act-q8: quantizes x (n, a multiple of the format's block) into the arrays
+ * of a td_cpu_xq8 (q: n, d: n/32, dsum16: n/16, dsum32: n/32) and writes
+ * x' = d*q into xd (n) when xd is not NULL; x' is bitwise what
+ * td_ref_act_round_f32 gives:
+ *   Q8_0, per 32: a = max|x|; d = f16(a/127); q = rint(x * (a ? 127/a : 0))
+ *         (f32 product, ties to even) clamped to [-127, 127]; x' = d*q;
+ *   Q8_K, per 256: m = the first x of largest |x| (all 0 when m = 0);
+ *         s = -127/m; q = min(127, rint(s*x)); d = 1/s; x' = d*q.
+ * Portable C; the table's entry may be a SIMD version with the same bits. */
+void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *q, float *d, float *dsum16,
+                         float *dsum32, float *xd);
 
 /* The ISA-specific table fillers (kernels_avx2.c); only call when supported. */
 void td_cpu_kernels_init_avx2(td_cpu_kernels *k);

@@ -281,32 +281,50 @@ static float dot_q6_k(const void *wv, const float *x, const float *xs, int64_t n
 /* act-q8: activations rounded to 8 bits per 32 values                    */
 /* ===================================================================== */
 
-void td_cpu_quantize_act(const float *x, int64_t n, int8_t *q, float *d, float *dsum16, float *dsum32, float *xd) {
+/* codes q (n) with scale dj per 32 values: the scale arrays and x' */
+static void act_sums(const int8_t *q, int64_t n, float *d, float *dsum16, float *dsum32, float *xd) {
     for (int64_t j = 0; j < n / 32; j++) {
-        const float *xb = x + 32 * j;
-        float amax = 0;
-        for (int i = 0; i < 32; i++) amax = fmaxf(amax, fabsf(xb[i]));
-        const float dj = amax / 127.0f, id = amax > 0 ? 127.0f / amax : 0.0f;
         int s[2] = {0, 0};
-        for (int i = 0; i < 32; i++) {
-            // |x * id| <= 127 up to one rounding, so the code fits in int8
-            const int v = (int)nearbyintf(xb[i] * id);
-            q[32 * j + i] = (int8_t)v;
-            s[i / 16] += v;
-        }
-        d[j] = dj;
-        dsum16[2 * j] = dj * (float)s[0];
-        dsum16[2 * j + 1] = dj * (float)s[1];
-        dsum32[j] = dj * (float)(s[0] + s[1]);
+        for (int i = 0; i < 32; i++) s[i / 16] += q[32 * j + i];
+        dsum16[2 * j] = d[j] * (float)s[0];
+        dsum16[2 * j + 1] = d[j] * (float)s[1];
+        dsum32[j] = d[j] * (float)(s[0] + s[1]);
         if (xd)
-            for (int i = 0; i < 32; i++) xd[32 * j + i] = dj * (float)q[32 * j + i];
+            for (int i = 0; i < 32; i++) xd[32 * j + i] = d[j] * (float)q[32 * j + i];
     }
 }
 
-int td_cpu_act_q8_applies(int type) {
-    const td_type_info *ti = td_type_get(type);
-    return ti && ti->can_decode && type != TD_TYPE_F32 && type != TD_TYPE_F16 && type != TD_TYPE_BF16 &&
-           type != TD_TYPE_F64;
+void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *q, float *d, float *dsum16,
+                         float *dsum32, float *xd) {
+    if (fmt == TD_CPU_ACT_Q8_0) {
+        for (int64_t j = 0; j < n / 32; j++) {
+            const float *xb = x + 32 * j;
+            float a = 0;
+            for (int i = 0; i < 32; i++) a = fmaxf(a, fabsf(xb[i]));
+            // the codes use 127/a, not the stored (f16-rounded) scale
+            const float id = a != 0.0f ? 127.0f / a : 0.0f;
+            d[j] = td_f16_to_f32(td_f32_to_f16(a / 127.0f));
+            for (int i = 0; i < 32; i++) {
+                const float v = rintf(xb[i] * id); // default rounding: ties to even
+                q[32 * j + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);
+            }
+        }
+    } else {
+        for (int64_t b = 0; b < n / 256; b++) {
+            const float *xb = x + 256 * b;
+            float a = 0, m = 0;
+            for (int i = 0; i < 256; i++)
+                if (fabsf(xb[i]) > a) a = fabsf(xb[i]), m = xb[i]; // the first of equal magnitudes
+            // the largest magnitude maps to -127, whatever its sign
+            const float s = a != 0.0f ? -127.0f / m : 0.0f, dd = a != 0.0f ? 1.0f / s : 0.0f;
+            for (int i = 0; i < 256; i++) {
+                const float v = rintf(s * xb[i]);
+                q[256 * b + i] = (int8_t)(v > 127 ? 127 : v);
+            }
+            for (int k = 0; k < 8; k++) d[8 * b + k] = dd;
+        }
+    }
+    act_sums(q, n, d, dsum16, dsum32, xd);
 }
 
 /* The integer sums are exact; each block's is scaled once in f32. */
@@ -443,6 +461,7 @@ void td_cpu_kernels_init(td_cpu_kernels *k, td_cpu_isa max_isa) {
     k->isa = TD_CPU_ISA_C;
     k->dot_f32 = dot_f32_f32;
     k->axpy_f32 = axpy_f32;
+    k->quantize_act = td_cpu_quantize_act;
     for (int t = 0; t < TD_TYPE_COUNT; t++) {
         const td_type_info *ti = td_type_get(t);
         if (ti && ti->can_decode) k->type[t].to_f32 = row_generic;

@@ -10,6 +10,7 @@
  * depend on anything but the row and x. */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <math.h>
 #include <string.h>
 
 #include "cpu_kernels.h"
@@ -553,12 +554,90 @@ TGT static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     return hsum8(_mm256_add_ps(acc0, acc1)) - 32.0f * hsum8(oacc);
 }
 
+/* The act-q8 rounding of td_cpu_quantize_act with the same IEEE operations
+ * (|x| maxima, the f32 divisions, x*id or s*x rounded half to even, the f16
+ * scale through F16C), so the same bits. */
+
+TGTI static inline float hmax8(__m256 m) {
+    __m128 m4 = _mm_max_ps(_mm256_castps256_ps128(m), _mm256_extractf128_ps(m, 1));
+    m4 = _mm_max_ps(m4, _mm_movehl_ps(m4, m4));
+    return _mm_cvtss_f32(_mm_max_ss(m4, _mm_movehdup_ps(m4)));
+}
+
+/* 32 codes rint(x * f) clamped to [lo, 127] -> q (in order); returns their
+ * int32 lanes for the sums */
+TGTI static inline void codes32(const float *x, float f, int lo, int8_t *q, __m256i qi[4]) {
+    for (int k = 0; k < 4; k++) {
+        const __m256 v = _mm256_round_ps(_mm256_mul_ps(ld(x + 8 * k), _mm256_set1_ps(f)),
+                                         _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+        qi[k] = _mm256_max_epi32(_mm256_min_epi32(_mm256_cvtps_epi32(v), _mm256_set1_epi32(127)),
+                                 _mm256_set1_epi32(lo));
+    }
+    // |q| <= 127: the packs do not saturate; they work per 128-bit lane, the permute restores order
+    const __m256i p = _mm256_packs_epi16(_mm256_packs_epi32(qi[0], qi[1]), _mm256_packs_epi32(qi[2], qi[3]));
+    _mm256_storeu_si256((__m256i_u *)q, _mm256_permutevar8x32_epi32(p, _mm256_setr_epi32(0, 4, 1, 5, 2, 6, 3, 7)));
+}
+
+/* the scale arrays and x' of one block of 32 with scale dj */
+TGTI static inline void sums32(const __m256i qi[4], float dj, float *d, float *dsum16, float *dsum32, float *xd) {
+    int32_t t0[8], t1[8];
+    _mm256_storeu_si256((__m256i_u *)t0, _mm256_add_epi32(qi[0], qi[1]));
+    _mm256_storeu_si256((__m256i_u *)t1, _mm256_add_epi32(qi[2], qi[3]));
+    int sa = 0, sb = 0;
+    for (int k = 0; k < 8; k++) sa += t0[k], sb += t1[k];
+    *d = dj;
+    dsum16[0] = dj * (float)sa;
+    dsum16[1] = dj * (float)sb;
+    *dsum32 = dj * (float)(sa + sb);
+    if (xd)
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(xd + 8 * k, _mm256_mul_ps(_mm256_set1_ps(dj), _mm256_cvtepi32_ps(qi[k])));
+}
+
+TGT static void quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *q, float *d, float *dsum16,
+                             float *dsum32, float *xd) {
+    const __m256 absmask = _mm256_castsi256_ps(_mm256_set1_epi32(0x7FFFFFFF));
+    __m256i qi[4];
+    if (fmt == TD_CPU_ACT_Q8_0) {
+        for (int64_t j = 0; j < n / 32; j++) {
+            const float *xb = x + 32 * j;
+            __m256 m = _mm256_and_ps(ld(xb), absmask);
+            for (int k = 1; k < 4; k++) m = _mm256_max_ps(m, _mm256_and_ps(ld(xb + 8 * k), absmask));
+            const float a = hmax8(m);
+            const float id = a != 0.0f ? 127.0f / a : 0.0f;
+            const float dj = _cvtsh_ss(_cvtss_sh(a / 127.0f, _MM_FROUND_TO_NEAREST_INT));
+            codes32(xb, id, -127, q + 32 * j, qi);
+            sums32(qi, dj, d + j, dsum16 + 2 * j, dsum32 + j, xd ? xd + 32 * j : NULL);
+        }
+        return;
+    }
+    for (int64_t b = 0; b < n / 256; b++) {
+        const float *xb = x + 256 * b;
+        __m256 m = _mm256_and_ps(ld(xb), absmask);
+        for (int k = 1; k < 32; k++) m = _mm256_max_ps(m, _mm256_and_ps(ld(xb + 8 * k), absmask));
+        const float a = hmax8(m);
+        float mx = 0;
+        for (int i = 0; i < 256; i++) // the first value of largest magnitude
+            if (fabsf(xb[i]) == a) {
+                mx = xb[i];
+                break;
+            }
+        const float sc = a != 0.0f ? -127.0f / mx : 0.0f, dd = a != 0.0f ? 1.0f / sc : 0.0f;
+        for (int k = 0; k < 8; k++) {
+            const int64_t j = 8 * b + k;
+            // s*x >= -127 up to one rounding, so only the top needs the clamp
+            codes32(xb + 32 * k, sc, -128, q + 32 * j, qi);
+            sums32(qi, dd, d + j, dsum16 + 2 * j, dsum32 + j, xd ? xd + 32 * j : NULL);
+        }
+    }
+}
+
 /* ===================================================================== */
 
 void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->isa = TD_CPU_ISA_AVX2;
     k->dot_f32 = dot_f32_f32;
     k->axpy_f32 = axpy_f32;
+    k->quantize_act = quantize_act;
     k->type[TD_TYPE_F32].dot = dot_f32;
     k->type[TD_TYPE_F16].dot = dot_f16;
     k->type[TD_TYPE_F16].to_f32 = row_f16;

@@ -8,14 +8,17 @@
  *     thread count, and across thread counts (1, 2, 3);
  *   - a prefill gives the same logits as feeding the tokens one by one
  *     (GEMM path vs dot path, within f32 noise), and reset forgets. */
+#include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/wait.h>
 
 #include "backend.h"
+#include "bench_model.h"
 #include "compare.h"
 #include "cpu.h"
 #include "fixtures.h"
@@ -52,9 +55,12 @@ static const int32_t k_pinned[16] = {5, 260, 33, 11, 90, 140, 2, 66, 181, 45, 9,
 
 /* Runs `backend` on the model at `path` (prompt + 16 pinned steps) and
  * writes tap file `out` (NULL: taps off). */
+static const char *g_profile; /* profile of the next runs (NULL = native) */
+
 static void run_arm(const char *path, const char *backend, const char *out, int threads, td_run_result *res) {
     td_run_config c;
     td_run_config_init(&c);
+    c.profile = g_profile;
     c.model_path = path;
     c.backend = backend;
     c.prompt = k_prompt;
@@ -118,7 +124,9 @@ static void judge(const char *fixture, const td_cmp_result *r) {
     }
 }
 
-static void conformance(const char *fixture) {
+/* cpu (profile `profile`) against ref (f64, native), the control ref32
+ * computing with the same profile */
+static void conformance_profile(const char *fixture, const char *profile) {
     make_tmpdir();
     char path[512], a[600], b[600], c[600];
     fixture_path(fixture, path, sizeof path);
@@ -126,9 +134,12 @@ static void conformance(const char *fixture) {
     snprintf(b, sizeof b, "%s/cpu.h5", tmpdir);
     snprintf(c, sizeof c, "%s/ref32.h5", tmpdir);
     td_run_result ra, rb, rc;
+    g_profile = NULL;
     run_arm(path, "ref", a, 0, &ra);
+    g_profile = profile;
     run_arm(path, "cpu", b, 2, &rb);
     run_arm(path, "ref32", c, 0, &rc);
+    g_profile = NULL;
     td_cmp_options o = td_cmp_options_default();
     o.control = c;
     td_cmp_result *r = NULL;
@@ -143,6 +154,10 @@ static void conformance(const char *fixture) {
     td_cmp_result_free(r);
     td_run_result_free(&ra), td_run_result_free(&rb), td_run_result_free(&rc);
     remove_tmpdir();
+}
+
+static void conformance(const char *fixture) {
+    conformance_profile(fixture, NULL);
 }
 
 #define CONFORMANCE(fx, id) \
@@ -163,6 +178,14 @@ CONFORMANCE("qwen3moe-q6_k", qwen3moe_q6_k)
 CONFORMANCE("qwen3-dense", qwen3_dense)
 CONFORMANCE("qwen3moe-copies", qwen3moe_copies)
 CONFORMANCE("qwen3moe-ties", qwen3moe_ties)
+
+/* act-q8: every 8-bit format (Q8_0 inputs of Q8_0 weights, Q8_K of K-quants),
+ * dense and MoE; the control ref32 rounds its matmul inputs the same way, so
+ * the budget is the profile's own error (~1e-2), like with like. */
+Test(cpu_conformance, act_q8_llama_q4_k, .timeout = 120) { conformance_profile("llama-q4_k", "act-q8"); }
+Test(cpu_conformance, act_q8_qwen3_q4_k, .timeout = 120) { conformance_profile("qwen3-q4_k", "act-q8"); }
+Test(cpu_conformance, act_q8_qwen3moe_q6_k, .timeout = 120) { conformance_profile("qwen3moe-q6_k", "act-q8"); }
+Test(cpu_conformance, act_q8_qwen3moe_ties, .timeout = 120) { conformance_profile("qwen3moe-ties", "act-q8"); }
 
 /* Every fixture the fixtures library knows is covered above. */
 Test(cpu_conformance, every_fixture_is_listed) {
@@ -253,6 +276,10 @@ static void determinism(const char *fixture) {
 
 Test(cpu_determinism, llama_q4_k) { determinism("llama-q4_k"); }
 Test(cpu_determinism, qwen3moe_q8_0) { determinism("qwen3moe-q8_0"); }
+Test(cpu_determinism, qwen3moe_q6_k_act_q8) {
+    g_profile = "act-q8";
+    determinism("qwen3moe-q6_k");
+}
 
 /* ------------------------------------------------------------------------ */
 /* Prefill (GEMM tiles) vs one token at a time (dot kernels), and reset       */
@@ -316,26 +343,7 @@ Test(cpu_forward, registered_as_cpu) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* act-q8: the two paths that implement the profile agree                     */
-
-/* logits (T, V) of a prefill of T prompt tokens (sgemm on x' = d*q) or of T
- * single-token forwards (the integer kernels), profile `profile` */
-static void logits_profile(const td_model *m, const char *profile, int one_by_one, int64_t T, double *out) {
-    td_backend_params p = {.threads = 2, .n_ctx = 64, .profile = profile};
-    td_backend *b = NULL;
-    td_err err = {{0}};
-    cr_assert_eq(td_cpu_backend.open(&b, m, &p, &err), TD_OK, "%s", err.msg);
-    cr_assert(strstr(td_cpu_backend.version(b), profile), "version does not declare the profile: %s",
-              td_cpu_backend.version(b));
-    const int64_t V = m->hp.n_vocab;
-    if (one_by_one) {
-        for (int64_t t = 0; t < T; t++)
-            cr_assert_eq(b->vt->forward(b, k_prompt + t, 1, t, NULL, out + t * V, &err), TD_OK, "%s", err.msg);
-    } else {
-        cr_assert_eq(b->vt->forward(b, k_prompt, T, 0, NULL, out, &err), TD_OK, "%s", err.msg);
-    }
-    b->vt->close(b);
-}
+/* act-q8                                                                     */
 
 static double rel_l2(const double *a, const double *b, int64_t n) {
     double num = 0, den = 0;
@@ -343,40 +351,218 @@ static double rel_l2(const double *a, const double *b, int64_t n) {
     return sqrt(num / den);
 }
 
-/* Under act-q8 a prefill computes with x' = d*q in f32 (sgemm) and a single
- * token with the integer kernels: the same profile, two implementations, so
- * they agree to f32 noise, except where that noise moves an activation across
- * a rounding boundary of its 8-bit code (one code step, 1/127 of its block's
- * max, now and then): measured ~1e-5 here. The profile itself moves the
- * logits by ~1e-2 from native: a kernel bug (a scale, a code, an offset) is of
- * that size or more. */
-static void act_q8_paths(const char *fixture) {
-    make_tmpdir();
-    char path[512];
-    fixture_path(fixture, path, sizeof path);
-    td_model *m = NULL;
+/* A tiny llama (E = 256, 2 layers, F = 512, V = 1024) whose every matrix is
+ * `type`, so that even the first projections (Q, K, V of layer 0, fed by the
+ * exactly computed attn_norm) are quantized matmuls. */
+static void tiny_model(int type, char *path, size_t sz) {
+    td_bench_model_cfg cfg;
+    cr_assert(td_bench_model_preset("tiny", &cfg));
+    snprintf(path, sz, "%s/tiny-%s.gguf", tmpdir, td_type_name(type));
     td_err err = {{0}};
-    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
-    const int64_t T = 12, V = m->hp.n_vocab;
-    double *nat = malloc((size_t)(T * V) * sizeof *nat), *q8a = malloc((size_t)(T * V) * sizeof *q8a);
-    double *q81 = malloc((size_t)(T * V) * sizeof *q81);
-    logits_profile(m, "native", 0, T, nat);
-    logits_profile(m, "act-q8", 0, T, q8a);
-    logits_profile(m, "act-q8", 1, T, q81);
-    const double paths = rel_l2(q8a, q81, T * V), profile = rel_l2(nat, q8a, T * V);
-    cr_log_info("%s: act-q8 prefill vs token by token %.3g; act-q8 vs native %.3g", fixture, paths, profile);
-    cr_assert_lt(paths, 2e-4, "%s: act-q8 prefill vs token-by-token logits: relative L2 %.3g", fixture, paths);
-    cr_assert_gt(profile, 2e-3, "%s: act-q8 logits are within %.3g of native: is the profile applied?", fixture,
-                 profile);
-    free(nat), free(q8a), free(q81);
-    td_model_close(m);
+    cr_assert_eq(td_bench_model_write(path, &cfg, type, &err), TD_OK, "%s", err.msg);
+}
+
+/* Runs cpu on `path` over the prompt (one prefill, no decode) with taps,
+ * GEMM threshold gemm_min_t (1: sgemm; huge: the dot kernels). */
+static void run_prefill_taps(const char *path, const char *profile, const char *gemm_min_t, const char *out) {
+    setenv("TD_CPU_GEMM_MIN_T", gemm_min_t, 1);
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = path;
+    c.backend = "cpu";
+    c.profile = profile;
+    c.prompt = k_prompt;
+    c.n_prompt = 12;
+    c.n_steps = 0;
+    c.tap_path = out;
+    c.tap_mode = TD_TAP_FULL;
+    c.threads = 2;
+    td_run_result r;
+    td_err err = {{0}};
+    int rc = td_run(&c, &r, &err);
+    unsetenv("TD_CPU_GEMM_MIN_T");
+    cr_assert_eq(rc, TD_OK, "td_run cpu %s on %s: %s", profile, path, err.msg);
+    td_run_result_free(&r);
+}
+
+static double *read_tap(const char *file, const char *name, uint64_t *count) {
+    td_tapfile *f = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_tapfile_open(&f, file, &err), TD_OK, "%s", err.msg);
+    td_tap_info info;
+    cr_assert_eq(td_tapfile_tap(f, 0, name, &info, &err), TD_OK, "%s", err.msg);
+    double *v = malloc(info.count * sizeof *v);
+    cr_assert_eq(td_tapfile_read_f64(f, 0, name, v, info.count, &err), TD_OK, "%s", err.msg);
+    td_tapfile_close(f);
+    *count = info.count;
+    return v;
+}
+
+/* Under act-q8 a prefill through sgemm multiplies the dequantized weights by
+ * x' = d*q in f32, the dot path runs the integer kernels on the codes: two
+ * implementations of one profile. Fed bitwise equal activations (layer 0's
+ * Q, K, V read attn_norm, computed identically by both), they agree to f32
+ * noise, ~1e-7. (Deeper taps are not compared: there f32 noise can move an
+ * activation across a rounding boundary of its 8-bit code, a step of 1/127
+ * of its block's maximum, which is the profile, not a bug.) The profile
+ * itself moves those taps by ~1e-2 from native, so a kernel that is wrong
+ * in a scale, a code or an offset cannot hide under the bound. */
+static void act_q8_paths(int type) {
+    make_tmpdir();
+    char path[512], gemm[600], dot[600], nat[600];
+    tiny_model(type, path, sizeof path);
+    snprintf(gemm, sizeof gemm, "%s/gemm.h5", tmpdir);
+    snprintf(dot, sizeof dot, "%s/dot.h5", tmpdir);
+    snprintf(nat, sizeof nat, "%s/native.h5", tmpdir);
+    run_prefill_taps(path, "act-q8", "1", gemm);
+    run_prefill_taps(path, "act-q8", "1000000", dot);
+    run_prefill_taps(path, "native", "1000000", nat);
+    static const char *const taps[] = {"blk.0.attn_q", "blk.0.attn_k", "blk.0.attn_v"};
+    for (int i = 0; i < 3; i++) {
+        uint64_t n, n2, n3;
+        double *g = read_tap(gemm, taps[i], &n), *d = read_tap(dot, taps[i], &n2), *v = read_tap(nat, taps[i], &n3);
+        cr_assert(n == n2 && n == n3);
+        const double paths = rel_l2(g, d, (int64_t)n), profile = rel_l2(v, d, (int64_t)n);
+        cr_log_info("%s %s: act-q8 sgemm vs integer kernels %.3g, act-q8 vs native %.3g", td_type_name(type), taps[i],
+                    paths, profile);
+        cr_assert_lt(paths, 2e-6, "%s %s: act-q8 sgemm(x') vs integer kernels: relative L2 %.3g", td_type_name(type),
+                     taps[i], paths);
+        cr_assert_gt(profile, 1e-3, "%s %s: act-q8 within %.3g of native: is the profile applied?", td_type_name(type),
+                     taps[i], profile);
+        free(g), free(d), free(v);
+    }
     remove_tmpdir();
 }
 
-Test(cpu_act_q8, paths_agree_qwen3_q4_k) { act_q8_paths("qwen3-q4_k"); }
-Test(cpu_act_q8, paths_agree_qwen3moe_q6_k) { act_q8_paths("qwen3moe-q6_k"); }
-Test(cpu_act_q8, paths_agree_llama_q8_0) { act_q8_paths("llama-q8_0"); }
-Test(cpu_act_q8, tmp_llama_q4_k) { act_q8_paths("llama-q4_k"); }
-Test(cpu_act_q8, tmp_qwen3_q8_0) { act_q8_paths("qwen3-q8_0"); }
-Test(cpu_act_q8, tmp_qwen3_q6_k) { act_q8_paths("qwen3-q6_k"); }
-Test(cpu_act_q8, tmp_qwen3_f32) { act_q8_paths("qwen3-f32"); }
+Test(cpu_act_q8, integer_kernels_match_sgemm_q4_k) { act_q8_paths(TD_TYPE_Q4_K); }
+Test(cpu_act_q8, integer_kernels_match_sgemm_q5_k) { act_q8_paths(TD_TYPE_Q5_K); }
+Test(cpu_act_q8, integer_kernels_match_sgemm_q6_k) { act_q8_paths(TD_TYPE_Q6_K); }
+Test(cpu_act_q8, integer_kernels_match_sgemm_q8_0) { act_q8_paths(TD_TYPE_Q8_0); }
+Test(cpu_act_q8, integer_kernels_match_sgemm_q4_0) { act_q8_paths(TD_TYPE_Q4_0); }
+
+/* A prefill through the dot kernels and the same tokens one by one run the
+ * same arithmetic on every row (same kernels, same attention code, same KV
+ * contents): bitwise equal logits, native and act-q8. */
+static void prefill_vs_single(const char *profile, const char *fixture) {
+    make_tmpdir();
+    char path[512];
+    if (fixture) fixture_path(fixture, path, sizeof path);
+    else tiny_model(TD_TYPE_Q4_K, path, sizeof path);
+    td_model *m = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    setenv("TD_CPU_GEMM_MIN_T", "1000000", 1);
+    td_backend_params p = {.threads = 2, .n_ctx = 64, .profile = profile};
+    td_backend *b = NULL;
+    int rc = td_cpu_backend.open(&b, m, &p, &err);
+    unsetenv("TD_CPU_GEMM_MIN_T");
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    cr_assert(strstr(td_cpu_backend.version(b), profile), "version does not declare the profile: %s",
+              td_cpu_backend.version(b));
+    const int64_t V = m->hp.n_vocab, T = 12;
+    double *all = malloc((size_t)(T * V) * sizeof *all), *one = malloc((size_t)(T * V) * sizeof *one);
+    cr_assert_eq(b->vt->forward(b, k_prompt, T, 0, NULL, all, &err), TD_OK, "%s", err.msg);
+    b->vt->reset(b);
+    for (int64_t t = 0; t < T; t++)
+        cr_assert_eq(b->vt->forward(b, k_prompt + t, 1, t, NULL, one + t * V, &err), TD_OK, "%s", err.msg);
+    for (int64_t i = 0; i < T * V; i++)
+        if (memcmp(&all[i], &one[i], sizeof(double)))
+            cr_assert_fail("%s: prefill (dot path) and token-by-token logits differ at position %lld id %lld: %a vs %a",
+                           profile, (long long)(i / V), (long long)(i % V), all[i], one[i]);
+    b->vt->close(b);
+    td_model_close(m);
+    free(all), free(one);
+    remove_tmpdir();
+}
+
+Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_native) { prefill_vs_single("native", NULL); }
+Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_act_q8) { prefill_vs_single("act-q8", NULL); }
+/* MoE: the grouped expert rows (their offsets into the act-q8 arrays) */
+Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_moe_native) {
+    prefill_vs_single("native", "qwen3moe-q6_k");
+}
+Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_moe_act_q8) {
+    prefill_vs_single("act-q8", "qwen3moe-q6_k");
+}
+
+/* ------------------------------------------------------------------------ */
+/* tapdiff bench                                                              */
+
+/* Runs a shell command; returns its exit status and its stdout (malloc'd). */
+static int sh(const char *cmd, char **out) {
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen %s", cmd);
+    size_t cap = 4096, n = 0;
+    char *buf = malloc(cap);
+    for (size_t got; (got = fread(buf + n, 1, cap - n - 1, p)) > 0;) {
+        n += got;
+        if (n + 1 >= cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[n] = '\0';
+    const int st = pclose(p);
+    *out = buf;
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+Test(cpu_bench, make_model_then_bench_json) {
+    const char *td = getenv("TD_TAPDIFF");
+    if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    make_tmpdir();
+    char cmd[1024], *out;
+    snprintf(cmd, sizeof cmd, "'%s' bench --make-model '%s/b.gguf' --type q8_0 --size tiny 2>/dev/null", td, tmpdir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s: %s", cmd, out);
+    free(out);
+    snprintf(cmd, sizeof cmd,
+             "'%s' bench --model '%s/b.gguf' --backend cpu --threads 2 --prompt-len 9 --gen 3 --repeat 1 "
+             "--bw-mib 64 --json 2>/dev/null",
+             td, tmpdir);
+    cr_assert_eq(sh(cmd, &out), 0, "%s: %s", cmd, out);
+    cJSON *j = cJSON_Parse(out);
+    cr_assert_not_null(j, "not JSON: %s", out);
+    const char *keys[] = {"prefill_tok_s", "decode_tok_s", "peak_rss_mib", "read_bw_gib_s", "decode_bound_tok_s"};
+    for (size_t i = 0; i < sizeof keys / sizeof keys[0]; i++) {
+        const cJSON *v = cJSON_GetObjectItem(j, keys[i]);
+        cr_assert(cJSON_IsNumber(v) && v->valuedouble > 0, "%s missing or not > 0 in %s", keys[i], out);
+    }
+    // weight bytes per decode token: every tensor of the file but the
+    // embedding table, of which one row is read (the bench model's output
+    // head is untied)
+    td_model *m = NULL;
+    td_err err = {{0}};
+    char path[600];
+    snprintf(path, sizeof path, "%s/b.gguf", tmpdir);
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    double bytes = 0;
+    for (uint64_t i = 0; i < m->gguf->n_tensors; i++) bytes += (double)m->gguf->tensors[i].nbytes;
+    bytes += (double)m->tok_embd->row_bytes - (double)m->tok_embd->nbytes;
+    const double mib = cJSON_GetObjectItem(j, "decode_weight_mib_per_token")->valuedouble;
+    cr_assert_float_eq(mib, bytes / (1024.0 * 1024.0), 1e-9, "weight MiB per token %g, expected %g", mib,
+                       bytes / (1024.0 * 1024.0));
+    const double bound = cJSON_GetObjectItem(j, "decode_bound_tok_s")->valuedouble;
+    const double bw = cJSON_GetObjectItem(j, "read_bw_gib_s")->valuedouble;
+    cr_assert_float_eq(bound, bw * 1024.0 / mib, 1e-6 * bound, "bound %g != bandwidth / bytes", bound);
+    cr_assert_str_eq(cJSON_GetObjectItem(j, "backend")->valuestring, "cpu");
+    td_model_close(m);
+    cJSON_Delete(j);
+    free(out);
+    remove_tmpdir();
+}
+
+Test(cpu_bench, usage_and_skip_exit_codes) {
+    const char *td = getenv("TD_TAPDIFF");
+    if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    char cmd[512], *out;
+    snprintf(cmd, sizeof cmd, "'%s' bench --backend cpu 2>/dev/null", td); // no --model
+    cr_assert_eq(sh(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' bench --model x.gguf --backend nosuch 2>/dev/null", td);
+    cr_assert_eq(sh(cmd, &out), 2);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' bench --model /nonexistent.gguf --backend cpu 2>/dev/null", td);
+    cr_assert_eq(sh(cmd, &out), 3);
+    free(out);
+    snprintf(cmd, sizeof cmd, "'%s' bench --help", td);
+    cr_assert_eq(sh(cmd, &out), 0);
+    cr_assert(strstr(out, "--make-model"), "help: %s", out);
+    free(out);
+}

@@ -19,6 +19,7 @@
 #include <string.h>
 
 #include "cpu_kernels.h"
+#include "reference.h"
 #include "types.h"
 
 /* ------------------------------------------------------------------------ */
@@ -298,20 +299,21 @@ Test(cpu_kernels, table_is_filled_c_first_then_overridden) {
 /* ------------------------------------------------------------------------ */
 /* act-q8: the activation rounding and the integer kernels                    */
 
-Test(cpu_kernels, quantize_act_hand_worked) {
-    // block 0: max |x| = 2, so d = 2/127 and x * 63.5 is rounded half to even;
-    // block 1: all zero, d = 0
+Test(cpu_kernels, quantize_act_q8_0_hand_worked) {
+    // block 0: max |x| = 2, so the codes are rint(x * 63.5), ties to even, and
+    // the scale is 2/127 rounded to f16; block 1: all zero
     float x[64] = {0};
     x[0] = 2.0f, x[1] = -1.0f, x[2] = 0.5f, x[3] = 0x1p-7f, x[5] = -0.75f, x[17] = 1.5f;
     int8_t q[64];
     float d[2], d16[4], d32[2], xd[64];
-    td_cpu_quantize_act(x, 64, q, d, d16, d32, xd);
-    // 2*63.5 = 127; -63.5 -> -64 (even); 31.75 -> 32; 0.496 -> 0; -47.625 -> -48; 95.25 -> 95
+    td_cpu_quantize_act(TD_CPU_ACT_Q8_0, x, 64, q, d, d16, d32, xd);
+    // 127; -63.5 -> -64 (even); 31.75 -> 32; 0.496 -> 0; -47.625 -> -48; 95.25 -> 95
     const int want[6] = {127, -64, 32, 0, 0, -48};
     for (int i = 0; i < 6; i++) cr_assert_eq(q[i], want[i], "q[%d] = %d, expected %d", i, q[i], want[i]);
     cr_assert_eq(q[17], 95);
-    const float dd = 2.0f / 127.0f;
-    cr_assert_eq(d[0], dd);
+    // 2/127 = 0.0157480..., in binary16 0x2008 = 2^-6 * (1 + 8/1024) = 0.0157470703125
+    const float dd = 0.0157470703125f;
+    cr_assert_eq(d[0], dd, "d = %a", (double)d[0]);
     cr_assert_eq(d16[0], dd * 47.0f, "dsum16[0] = %a", (double)d16[0]); // 127 - 64 + 32 - 48
     cr_assert_eq(d16[1], dd * 95.0f);
     cr_assert_eq(d32[0], dd * 142.0f);
@@ -319,6 +321,71 @@ Test(cpu_kernels, quantize_act_hand_worked) {
     cr_assert_eq(d[1], 0.0f);
     cr_assert_eq(d32[1], 0.0f);
     for (int i = 32; i < 64; i++) cr_assert(q[i] == 0 && xd[i] == 0.0f);
+}
+
+Test(cpu_kernels, quantize_act_q8_k_hand_worked) {
+    // 256 values; the largest magnitude 2 occurs first as -2 (index 7), then
+    // as +2 (index 9): the first decides, s = -127 / -2 = 63.5, d = 1/63.5
+    float x[256] = {0};
+    x[0] = 1.0f, x[3] = 0.5f, x[7] = -2.0f, x[9] = 2.0f, x[40] = -0.25f;
+    int8_t q[256];
+    float d[8], d16[16], d32[8], xd[256];
+    td_cpu_quantize_act(TD_CPU_ACT_Q8_K, x, 256, q, d, d16, d32, xd);
+    // 63.5 -> 64 (even); 31.75 -> 32; -127; 127; -15.875 -> -16
+    cr_assert(q[0] == 64 && q[3] == 32 && q[7] == -127 && q[9] == 127 && q[40] == -16, "%d %d %d %d %d", q[0], q[3],
+              q[7], q[9], q[40]);
+    const float dd = 1.0f / 63.5f;
+    for (int k = 0; k < 8; k++) cr_assert_eq(d[k], dd, "d[%d] = %a: one Q8_K scale for the 8 blocks of 32", k, (double)d[k]);
+    cr_assert_eq(d16[0], dd * 96.0f); // 64 + 32 - 127 + 127
+    cr_assert_eq(d32[1], dd * -16.0f);
+    cr_assert_eq(xd[7], dd * -127.0f);
+}
+
+/* Our activation rounding is the project's definition of act-q8: the values
+ * x' = d*q equal td_ref_act_round_f32's (ref32 computes with them) exactly,
+ * in C and AVX2 (as values: the reference keeps the sign of a -0 code,
+ * integer codes cannot; no sum can tell). Random blocks, all-zero blocks,
+ * blocks of exact ties. */
+static void check_act_rounding(td_cpu_isa isa) {
+    td_cpu_kernels k;
+    td_cpu_kernels_init(&k, isa);
+    cr_assert_eq(k.isa, isa);
+    enum { N = 256 * 16 };
+    static float x[N], d[N / 32], d16[N / 16], d32[N / 32], xd[N], want[N];
+    static int8_t q[N];
+    for (int i = 0; i < N; i++) {
+        // blocks of 32: some all zero; some with max 127 (127/max = 1) and
+        // values m + 1/2, every code a tie; the rest random
+        const int blk = i / 32;
+        x[i] = blk % 7 == 3   ? 0.0f
+               : blk % 7 == 5 ? (i % 32 == 0 ? 127.0f : (float)((int)(rnd() % 254) - 127) + 0.5f)
+                              : (float)urnd() * 3.0f;
+    }
+    // Q8_K blocks whose largest magnitude occurs twice, negative first (the first
+    // decides the sign of the codes and of d, never x')
+    for (int b = 1; b < N / 256; b += 3) x[256 * b + 5] = -300.0f, x[256 * b + 200] = 300.0f;
+    for (int f = 0; f < 2; f++) {
+        const td_ref_act_fmt rf = f ? TD_ACT_Q8_K : TD_ACT_Q8_0;
+        td_ref_act_round_f32(want, x, N, rf);
+        k.quantize_act((td_cpu_act_fmt)f, x, N, q, d, d16, d32, xd);
+        for (int i = 0; i < N; i++)
+            if (xd[i] != want[i])
+                cr_assert_fail("%s %s: x'[%d] = %a (code %d, scale %a), the reference's rounding gives %a (x = %a)",
+                               td_cpu_isa_name(isa), f ? "Q8_K" : "Q8_0", i, (double)xd[i], q[i], (double)d[i / 32],
+                               (double)want[i], (double)x[i]);
+        for (int i = 0; i < N; i++) cr_assert_eq(xd[i], d[i / 32] * (float)q[i], "x' is not d*q at %d", i);
+    }
+}
+
+Test(cpu_kernels, act_rounding_is_the_reference_definition_c) {
+    rng_state = 10;
+    check_act_rounding(TD_CPU_ISA_C);
+}
+
+Test(cpu_kernels, act_rounding_is_the_reference_definition_avx2) {
+    if (!td_cpu_has_avx2()) cr_skip_test("this CPU has no AVX2+FMA+F16C");
+    rng_state = 11;
+    check_act_rounding(TD_CPU_ISA_AVX2);
 }
 
 static const int k_q8_types[] = {TD_TYPE_Q8_0, TD_TYPE_Q4_0, TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K};
@@ -343,7 +410,6 @@ static int check_q8_dots(td_cpu_isa isa) {
     for (size_t ti = 0; ti < sizeof k_q8_types / sizeof k_q8_types[0]; ti++) {
         const int type = k_q8_types[ti];
         const td_type_info *inf = td_type_get(type);
-        cr_assert(td_cpu_act_q8_applies(type));
         cr_assert_not_null(k.type[type].dot_q8, "%s: no act-q8 %s kernel", td_cpu_isa_name(isa), inf->name);
         const int64_t B = inf->block_size;
         const int64_t lens[] = {B, 3 * B, B >= 256 ? 16 * B : 128 * B};
@@ -357,7 +423,8 @@ static int check_q8_dots(td_cpu_isa isa) {
                 int8_t *q = malloc((size_t)n);
                 double *y = malloc((size_t)n * sizeof *y);
                 for (int64_t i = 0; i < n; i++) x[i] = (float)urnd();
-                td_cpu_quantize_act(x, n, q, d, d16, d32, NULL);
+                const td_cpu_act_fmt fmt = B == 256 ? TD_CPU_ACT_Q8_K : TD_CPU_ACT_Q8_0;
+                td_cpu_quantize_act(fmt, x, n, q, d, d16, d32, NULL);
                 const td_cpu_xq8 xq = {q, d, d16, d32};
                 const float got = k.type[type].dot_q8(w, &xq, n);
                 td_err err;

@@ -1,0 +1,251 @@
+/* The fault-injection catalog (backends/cpu/faults.h) proves that tapdiff
+ * localizes: for each fault and each fixture it shows on, `tapdiff bisect
+ * --a ref --b cpu --inject FAULT` must name the expected first divergent tap
+ * and step (red), and the same bisect without --inject must be conformant
+ * (green: the backend does not cry wolf). The expected taps below are worked
+ * out by hand from where each bug enters the forward (see the table's
+ * comments), and the catalog must agree with them. stale_token must also be
+ * caught by the single-arm self-check on the cpu arm's greedy tap file.
+ * A table (fault, fixture, expected, found, error, budget ratio, growth) goes
+ * to stderr. */
+#include <cjson/cJSON.h>
+#include <criterion/criterion.h>
+#include <criterion/logging.h>
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "faults.h"
+#include "fixtures.h"
+#include "selfcheck.h"
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    snprintf(tmpdir, sizeof tmpdir, "/tmp/td_faults_XXXXXX");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+}
+
+static void remove_tmpdir(void) {
+    char cmd[300];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
+}
+
+static void fixture_path(const char *name, char *path, size_t sz) {
+    td_err err = {{0}};
+    int rc = td_fixture_write(name, tmpdir, path, sz, &err);
+    cr_assert_eq(rc, TD_OK, "td_fixture_write(%s): %s", name, err.msg);
+}
+
+/* A short prompt with even ids (the tie tokens of qwen3moe-ties) and odd
+ * ones, all below every fixture's V = 300. */
+#define PROMPT "1,17,42,99,7,250,31,64"
+#define STEPS 4
+
+typedef struct expect {
+    const char *fault, *fixture, *arch;
+    const char *tap; /* hand-worked first divergent tap */
+    int step;
+} expect;
+
+static const expect k_expect[] = {
+    // the rotation is the first op that pairs values: prefill positions 1.. differ, q is tapped before k
+    {"rope_pairing", "llama-f32", "llama", "blk.0.attn_q_rope", 0},
+    {"rope_pairing", "qwen3-f32", "qwen3", "blk.0.attn_q_rope", 0},
+    {"rope_pairing", "qwen3moe-f32", "qwen3moe", "blk.0.attn_q_rope", 0},
+    // decode step 2 consumes 0 instead of A's token: its inp.tokens is the first tap of that step
+    {"stale_token", "llama-f32", "llama", "inp.tokens", 2},
+    {"stale_token", "qwen3-f32", "qwen3", "inp.tokens", 2},
+    {"stale_token", "qwen3moe-f32", "qwen3moe", "inp.tokens", 2},
+    // the first RMSNorm of the forward; relative change ~eps/(2 mean(x^2)): 1e-5 llama, 1e-6 qwen
+    {"rmsnorm_eps_outside", "llama-f32", "llama", "blk.0.attn_norm", 0},
+    {"rmsnorm_eps_outside", "qwen3-f32", "qwen3", "blk.0.attn_norm", 0},
+    {"rmsnorm_eps_outside", "qwen3moe-f32", "qwen3moe", "blk.0.attn_norm", 0},
+    // the prefill is at p = 0..; the first decode step's attention reads the overwritten row
+    {"kv_pos_off_by_one", "llama-f32", "llama", "blk.0.attn_ctx", 1},
+    {"kv_pos_off_by_one", "qwen3-f32", "qwen3", "blk.0.attn_ctx", 1},
+    {"kv_pos_off_by_one", "qwen3moe-f32", "qwen3moe", "blk.0.attn_ctx", 1},
+    // H=4, Hkv=2: heads 1 and 2 read the other KV head (h/2 = 0,0,1,1 vs h%2 = 0,1,0,1)
+    {"gqa_map_mod", "llama-f32", "llama", "blk.0.attn_ctx", 0},
+    {"gqa_map_mod", "qwen3-f32", "qwen3", "blk.0.attn_ctx", 0},
+    {"gqa_map_mod", "qwen3moe-f32", "qwen3moe", "blk.0.attn_ctx", 0},
+    // the scale enters the scores, which are not tapped: attn_ctx is the first tap after them
+    {"attn_scale_1_over_d", "llama-f32", "llama", "blk.0.attn_ctx", 0},
+    {"attn_scale_1_over_d", "qwen3-f32", "qwen3", "blk.0.attn_ctx", 0},
+    {"attn_scale_1_over_d", "qwen3moe-f32", "qwen3moe", "blk.0.attn_ctx", 0},
+    // layer 1's ffn_inp = attn_out alone
+    {"residual_skip", "llama-f32", "llama", "blk.1.ffn_inp", 0},
+    {"residual_skip", "qwen3-f32", "qwen3", "blk.1.ffn_inp", 0},
+    {"residual_skip", "qwen3moe-f32", "qwen3moe", "blk.1.ffn_inp", 0},
+    // routing weights are tapped right after the (unchanged) selection
+    {"moe_no_renorm", "qwen3moe-f32", "qwen3moe", "blk.0.moe_weights", 0},
+    // layer 0's planted tie between experts 2 and 3 at ranks K, K+1 for even ids (42, 250, 64 in PROMPT)
+    {"router_tiebreak", "qwen3moe-ties", "qwen3moe", "blk.0.moe_topk", 0},
+    // E = 128: only ne[0] = 256 weights are Q4_K: ffn_down (its output is ffn_out); qwen3's
+    // attn_output (H*D = 256) comes first
+    {"kquant_scale_bit", "llama-q4_k", "llama", "blk.0.ffn_out", 0},
+    {"kquant_scale_bit", "qwen3-q4_k", "qwen3", "blk.0.attn_out", 0},
+    {"kquant_scale_bit", "qwen3moe-q4_k", "qwen3moe", "blk.0.ffn_out", 0},
+};
+#define N_EXPECT (sizeof k_expect / sizeof k_expect[0])
+
+/* what one bisect found */
+typedef struct found {
+    int exit_code;
+    char verdict[32];
+    char tap[96];
+    int step;
+    double err, ratio, growth; /* ratio/growth "inf" -> INFINITY, null -> NAN */
+} found;
+
+static double num(const cJSON *o, const char *key) {
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, key);
+    if (cJSON_IsNumber(v)) return v->valuedouble;
+    if (cJSON_IsString(v) && !strcmp(v->valuestring, "inf")) return INFINITY;
+    return NAN;
+}
+
+static void bisect(const char *fixture, const char *fault, found *f) {
+    const char *td = getenv("TD_TAPDIFF");
+    if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    char model[512], cmd[2048];
+    fixture_path(fixture, model, sizeof model);
+    snprintf(cmd, sizeof cmd,
+             "'%s' bisect --model '%s' --a ref --b cpu %s%s --tokens " PROMPT " --steps %d --json --quiet "
+             "--out-dir '%s/bisect-%s-%s' 2>/dev/null",
+             td, model, fault ? "--inject " : "", fault ? fault : "", STEPS, tmpdir, fixture, fault ? fault : "none");
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen %s", cmd);
+    size_t cap = 1 << 16, len = 0, n;
+    char *buf = malloc(cap);
+    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
+        len += n;
+        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
+    }
+    buf[len] = '\0';
+    int st = pclose(p);
+    memset(f, 0, sizeof *f);
+    f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    cr_assert(f->exit_code == 0 || f->exit_code == 1, "%s: exit %d (expected a verdict 0/1)", cmd, f->exit_code);
+    cJSON *o = cJSON_Parse(buf);
+    free(buf);
+    cr_assert_not_null(o, "%s: stdout is not JSON", cmd);
+    const cJSON *v = cJSON_GetObjectItemCaseSensitive(o, "verdict");
+    cr_assert(cJSON_IsString(v), "%s: no verdict", cmd);
+    snprintf(f->verdict, sizeof f->verdict, "%s", v->valuestring);
+    const cJSON *fd = cJSON_GetObjectItemCaseSensitive(o, "first_divergent");
+    f->step = -1;
+    f->err = f->ratio = f->growth = NAN;
+    if (cJSON_IsObject(fd)) {
+        const cJSON *name = cJSON_GetObjectItemCaseSensitive(fd, "name");
+        snprintf(f->tap, sizeof f->tap, "%s", cJSON_IsString(name) ? name->valuestring : "?");
+        f->step = (int)num(fd, "step");
+        f->err = num(fd, "err");
+        f->ratio = num(fd, "ratio");
+        f->growth = num(fd, "growth");
+    }
+    cJSON_Delete(o);
+}
+
+Test(faults, catalog_matches_hand_worked_expectations) {
+    // every catalog fault is exercised below, and its documented tap/step is the hand-worked one
+    int covered[TD_FAULT_COUNT] = {0};
+    for (size_t i = 0; i < N_EXPECT; i++) {
+        const expect *e = &k_expect[i];
+        td_cpu_fault id;
+        td_err err = {{0}};
+        cr_assert_eq(td_cpu_fault_parse(e->fault, &id, &err), TD_OK, "%s: %s", e->fault, err.msg);
+        const td_cpu_fault_info *fi = td_cpu_fault_get(id);
+        cr_assert_not_null(fi);
+        cr_expect_str_eq(fi->name, e->fault);
+        cr_expect_str_eq(td_cpu_fault_expected_tap(id, e->arch), e->tap, "%s on %s", e->fault, e->fixture);
+        cr_expect_eq(fi->first_step, e->step, "%s: catalog step", e->fault);
+        covered[id] = 1;
+    }
+    for (int f = 1; f < TD_FAULT_COUNT; f++)
+        cr_expect(covered[f], "fault %s has no conformance case", td_cpu_fault_get(f)->name);
+    td_cpu_fault id;
+    td_err err = {{0}};
+    cr_expect_eq(td_cpu_fault_parse("no_such_fault", &id, &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "no_such_fault") && strstr(err.msg, "rope_pairing"), "message: %s", err.msg);
+    cr_expect_eq(td_cpu_fault_parse(NULL, &id, &err), TD_OK);
+    cr_expect_eq(id, TD_FAULT_NONE);
+}
+
+static void fmt_num(char *s, size_t n, double x) {
+    if (isnan(x)) snprintf(s, n, "-");
+    else if (isinf(x)) snprintf(s, n, "inf");
+    else snprintf(s, n, "%.3g", x);
+}
+
+Test(faults, bisect_localizes_each_fault_and_clean_cpu_is_conformant, .init = make_tmpdir, .fini = remove_tmpdir,
+     .timeout = 600) {
+    fprintf(stderr, "%-20s %-14s %-22s %-22s %-9s %-9s %-9s\n", "fault", "fixture", "expected", "found", "error",
+            "ratio", "growth");
+    int bad = 0;
+    for (size_t i = 0; i < N_EXPECT; i++) {
+        const expect *e = &k_expect[i];
+        found f;
+        bisect(e->fixture, e->fault, &f);
+        char exp[128], got[128], se[16], sr[16], sg[16];
+        snprintf(exp, sizeof exp, "%s@%d", e->tap, e->step);
+        if (f.tap[0]) snprintf(got, sizeof got, "%s@%d", f.tap, f.step);
+        else snprintf(got, sizeof got, "(%s)", f.verdict);
+        fmt_num(se, sizeof se, f.err), fmt_num(sr, sizeof sr, f.ratio), fmt_num(sg, sizeof sg, f.growth);
+        fprintf(stderr, "%-20s %-14s %-22s %-22s %-9s %-9s %-9s\n", e->fault, e->fixture, exp, got, se, sr, sg);
+        const int ok = f.exit_code == 1 && !strcmp(f.verdict, "divergent") && !strcmp(f.tap, e->tap) && f.step == e->step;
+        cr_expect(ok, "%s on %s: expected divergent at %s, got exit %d %s %s", e->fault, e->fixture, exp, f.exit_code,
+                  f.verdict, got);
+        bad += !ok;
+    }
+    // green: the unmutated backend on every fixture used above
+    static const char *const clean[] = {"llama-f32",     "qwen3-f32",  "qwen3moe-f32", "qwen3moe-ties",
+                                        "llama-q4_k",    "qwen3-q4_k", "qwen3moe-q4_k"};
+    for (size_t i = 0; i < sizeof clean / sizeof clean[0]; i++) {
+        found f;
+        bisect(clean[i], NULL, &f);
+        char got[128];
+        if (f.tap[0]) snprintf(got, sizeof got, "%s@%d", f.tap, f.step);
+        else snprintf(got, sizeof got, "(%s)", f.verdict);
+        fprintf(stderr, "%-20s %-14s %-22s %-22s\n", "(none)", clean[i], "(conformant)", got);
+        cr_expect(f.exit_code == 0 && !strcmp(f.verdict, "conformant"), "clean cpu on %s: exit %d, %s %s", clean[i],
+                  f.exit_code, f.verdict, got);
+    }
+    cr_expect_eq(bad, 0, "%d fault(s) not localized as the catalog says", bad);
+}
+
+/* Greedy run of the cpu arm through `tapdiff run`, then the single-arm
+ * self-check on its tap file alone. */
+static void greedy_selfcheck(const char *inject, td_selfcheck_report *rep) {
+    const char *td = getenv("TD_TAPDIFF");
+    if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    char model[512], out[512], cmd[2048];
+    fixture_path("llama-f32", model, sizeof model);
+    snprintf(out, sizeof out, "%s/greedy-%s.h5", tmpdir, inject ? inject : "none");
+    snprintf(cmd, sizeof cmd,
+             "'%s' run --model '%s' --backend cpu %s%s --tokens " PROMPT " --steps %d --decode greedy --taps full "
+             "--out '%s' --quiet >/dev/null 2>&1",
+             td, model, inject ? "--inject " : "", inject ? inject : "", STEPS, out);
+    int st = system(cmd);
+    cr_assert(WIFEXITED(st) && WEXITSTATUS(st) == 0, "%s: status %d", cmd, st);
+    td_err err = {{0}};
+    cr_assert_eq(td_selfcheck_file(out, rep, &err), TD_OK, "selfcheck %s: %s", out, err.msg);
+}
+
+Test(faults, stale_token_caught_by_selfcheck_on_cpu_greedy_file, .init = make_tmpdir, .fini = remove_tmpdir) {
+    td_selfcheck_report rep;
+    greedy_selfcheck(NULL, &rep);
+    cr_expect_eq(rep.verdict, TD_OK, "clean greedy run: %s", rep.message);
+    cr_expect_eq(rep.n_feedback, STEPS, "every decode step's feedback checked: %s", rep.message);
+
+    greedy_selfcheck("stale_token", &rep);
+    fprintf(stderr, "selfcheck stale_token: %s\n", rep.message);
+    cr_expect_eq(rep.verdict, TD_DIVERGENT, "stale_token: %s", rep.message);
+    cr_expect_eq(rep.fail, TD_SCF_FEEDBACK, "stale_token fails the feedback check: %s", rep.message);
+    cr_expect_eq(rep.fail_step, TD_FAULT_STALE_STEP, "at decode step 2: %s", rep.message);
+    cr_expect_eq(rep.found, 0, "the step consumed token 0: %s", rep.message);
+    cr_expect_neq(rep.expected, 0, "the argmax it should have consumed is not 0: %s", rep.message);
+}
