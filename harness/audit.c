@@ -5,6 +5,7 @@
  * The renderers (Markdown, JSON, HTML with an SVG margin histogram) are at
  * the end of the file. */
 #include "audit.h"
+#include "report.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -875,17 +876,6 @@ char *td_audit_json(const td_audit_result *r) {
 
 /* ---- HTML ------------------------------------------------------------------ */
 
-static void html_text(FILE *f, const char *s) {
-    for (; *s; s++) {
-        switch (*s) {
-        case '<': fputs("&lt;", f); break;
-        case '>': fputs("&gt;", f); break;
-        case '&': fputs("&amp;", f); break;
-        case '"': fputs("&quot;", f); break;
-        default: fputc(*s, f);
-        }
-    }
-}
 
 /* One bar per histogram bin, the exact ties as their own bar at the left,
  * the layer's largest near-tie threshold as a dashed line. */
@@ -934,26 +924,26 @@ void td_audit_html(FILE *f, const td_audit_result *r) {
                "</style></head><body>\n");
     fprintf(f, "<h1>Router audit: <span class=\"%s\">%s</span></h1>\n<p>", r->verdict == TD_OK ? "pass" : "fail",
             r->verdict == TD_OK ? "PASS" : "FAIL");
-    html_text(f, r->reason);
+    td_report_html_escape(f, r->reason);
     fprintf(f, "</p>\n<ul>\n");
     for (int a = 0; a < r->n_arms; a++) {
         fprintf(f, "<li>arm %c: <code>", 'A' + a);
-        html_text(f, r->arms[a].path);
+        td_report_html_escape(f, r->arms[a].path);
         fprintf(f, "</code> (");
-        html_text(f, r->arms[a].backend);
+        td_report_html_escape(f, r->arms[a].backend);
         fprintf(f, ", ");
-        html_text(f, r->arms[a].precision);
+        td_report_html_escape(f, r->arms[a].precision);
         fprintf(f, ", decode ");
-        html_text(f, r->arms[a].decode);
+        td_report_html_escape(f, r->arms[a].decode);
         fprintf(f, ")</li>\n");
     }
     if (r->path_ctrl) {
         fprintf(f, "<li>control: <code>");
-        html_text(f, r->path_ctrl);
+        td_report_html_escape(f, r->path_ctrl);
         fprintf(f, "</code></li>\n");
     }
     fprintf(f, "<li>");
-    html_text(f, r->noise_note);
+    td_report_html_escape(f, r->noise_note);
     fprintf(f, "</li>\n</ul>\n");
     if (r->arms[0].n_layers) {
         fprintf(f, "<table><tr><th>arm</th><th>layer</th><th>scores</th><th>X/K</th><th>tokens</th><th>exact ties</th>"
@@ -987,7 +977,7 @@ void td_audit_html(FILE *f, const td_audit_result *r) {
             fprintf(f, "<tr><td>%d</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%lld</td><td>%lld</td><td>", (int)p->layer,
                     (long long)p->n_tokens, (long long)p->n_disagree, (long long)p->n_explained_exact,
                     (long long)p->n_explained_near, (long long)p->n_unexplained);
-            html_text(f, w);
+            td_report_html_escape(f, w);
             fprintf(f, "</td></tr>\n");
         }
         fprintf(f, "</table>\n");

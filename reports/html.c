@@ -10,7 +10,7 @@
 
 #include "report_internal.h"
 
-static void esc(FILE *f, const char *s) {
+void td_report_html_escape(FILE *f, const char *s) {
     for (; *s; s++) {
         switch (*s) {
         case '<': fputs("&lt;", f); break;
@@ -176,7 +176,7 @@ static void svg_plot(FILE *f, const td_cmp_result *r) {
                 x, y0, x, y1, x, y);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" fill=\"#d00000\" font-weight=\"bold\" text-anchor=\"%s\">first divergent: ",
                 x > PW / 2 ? x - 10 : x + 10, y < y0 + 20 ? y + 20 : y - 10, x > PW / 2 ? "end" : "start");
-        esc(f, t->name);
+        td_report_html_escape(f, t->name);
         fprintf(f, " (step %lld)</text>\n", (long long)t->step);
     }
     // legend
@@ -200,13 +200,13 @@ static void tap_tr(FILE *f, const td_cmp_result *r, const td_cmp_tap *t, int fir
     char e[32], c[32], b[32], q[32], g[32], s[96], why[900];
     fprintf(f, "<tr%s><td>%lld</td><td>%s</td><td><code>", first ? " class=\"first\"" : "", (long long)t->step,
             rp_kind(t->kind));
-    esc(f, t->name);
+    td_report_html_escape(f, t->name);
     fprintf(f, "</code></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>",
             rp_shape(s, sizeof s, t), td_cmp_method_name(t->method), rp_num(e, sizeof e, t->err),
             rp_num(c, sizeof c, t->err_ctrl), rp_budget(b, sizeof b, t), rp_num(q, sizeof q, t->ratio),
             rp_num(g, sizeof g, t->growth), t->fail ? td_cmp_fail_name(t->fail) : "ok");
     fprintf(f, "<td class=\"why\">");
-    esc(f, rp_why(why, sizeof why, r, t));
+    td_report_html_escape(f, rp_why(why, sizeof why, r, t));
     fprintf(f, "</td></tr>\n");
 }
 
@@ -232,30 +232,30 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
             ok ? "CONFORMANT" : "DIVERGENT");
     fprintf(f, "<h1>tapdiff compare: <span class=\"%s\">%s</span></h1>\n<p>", ok ? "ok" : "bad",
             ok ? "CONFORMANT" : "DIVERGENT");
-    esc(f, r->reason);
+    td_report_html_escape(f, r->reason);
     fprintf(f, "</p>\n<table>\n<tr><th></th><th>file</th><th>backend</th><th>precision</th></tr>\n");
     fprintf(f, "<tr><td>A (reference)</td><td><code>");
-    esc(f, r->path_a);
+    td_report_html_escape(f, r->path_a);
     fprintf(f, "</code></td><td>");
-    esc(f, r->backend_a);
+    td_report_html_escape(f, r->backend_a);
     fprintf(f, "</td><td>");
-    esc(f, r->precision_a);
+    td_report_html_escape(f, r->precision_a);
     fprintf(f, "</td></tr>\n<tr><td>B (candidate)</td><td><code>");
-    esc(f, r->path_b);
+    td_report_html_escape(f, r->path_b);
     fprintf(f, "</code></td><td>");
-    esc(f, r->backend_b);
+    td_report_html_escape(f, r->backend_b);
     fprintf(f, "</td><td>");
-    esc(f, r->precision_b);
+    td_report_html_escape(f, r->precision_b);
     fprintf(f, "</td></tr>\n<tr><td>control</td><td>");
     if (r->has_control) {
         fprintf(f, "err(<code>");
-        esc(f, r->path_ctrl_a);
+        td_report_html_escape(f, r->path_ctrl_a);
         fprintf(f, "</code>, <code>");
-        esc(f, r->path_ctrl_b);
+        td_report_html_escape(f, r->path_ctrl_b);
         fprintf(f, "</code>)</td><td>");
-        esc(f, r->backend_ctrl_a);
+        td_report_html_escape(f, r->backend_ctrl_a);
         fprintf(f, " vs ");
-        esc(f, r->backend_ctrl_b);
+        td_report_html_escape(f, r->backend_ctrl_b);
         fprintf(f, "</td><td></td></tr>\n");
     } else {
         fprintf(f, "none: <b>the budget is the floor only</b></td><td></td><td></td></tr>\n");
@@ -263,7 +263,7 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
     fprintf(f, "</table>\n<p>Budget <code>r = err / max(k &middot; err_ctrl, floor)</code>, k = %g; ", r->k);
     if (r->floor_override > 0) {
         fprintf(f, "floor %.3g (", r->floor_override);
-        esc(f, r->floor_note[0] ? r->floor_note : "set by option");
+        td_report_html_escape(f, r->floor_note[0] ? r->floor_note : "set by option");
         fprintf(f, ").");
     } else {
         fprintf(f, "floor by B's dtype: f64 %.3g, f32 %.3g, f16 %.3g, bf16 %.3g.", td_cmp_floor(TD_DT_F64),
@@ -279,13 +279,13 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
     if (r->first >= 0) {
         const td_cmp_tap *t = &r->taps[r->first];
         fprintf(f, "<h2>First divergent tap: <code>");
-        esc(f, t->name);
+        td_report_html_escape(f, t->name);
         fprintf(f, "</code>, step %lld (%s)</h2>\n<ul>\n", (long long)t->step, rp_kind(t->kind));
         fprintf(f, "<li>kind <b>%s</b>; error %s, control %s, budget %s, <b>r = %s</b></li>\n",
                 td_cmp_fail_name(t->fail), rp_num(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl),
                 rp_num(q, sizeof q, t->budget), rp_num(w, sizeof w, t->ratio));
         fprintf(f, "<li>why it is not rounding: ");
-        esc(f, rp_why(why, sizeof why, r, t));
+        td_report_html_escape(f, rp_why(why, sizeof why, r, t));
         fprintf(f, "</li>\n");
         if (t->method == TD_CMP_DATA) {
             fprintf(f, "<li>max |b&minus;a| %s at %s; cosine %.9f</li>\n<li>diverges most at:",
@@ -319,7 +319,7 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
                    "err</th><th>step</th><th>ratio</th></tr>\n");
         for (int64_t i = 0; i < r->n_dvp && i < 10; i++) {
             fprintf(f, "<tr><td><code>");
-            esc(f, r->dvp[i].name);
+            td_report_html_escape(f, r->dvp[i].name);
             fprintf(f, "</code></td><td>%s</td><td>%s</td><td>%lld</td><td>%s</td></tr>\n",
                     rp_num(e, sizeof e, r->dvp[i].prefill_err), rp_num(c, sizeof c, r->dvp[i].decode_err),
                     (long long)r->dvp[i].decode_step, rp_num(q, sizeof q, r->dvp[i].ratio));
@@ -330,7 +330,7 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
         fprintf(f, "<h2>Notes</h2>\n<ul class=\"note\">\n");
         for (int i = 0; i < r->n_notes; i++) {
             fprintf(f, "<li>");
-            esc(f, r->notes[i]);
+            td_report_html_escape(f, r->notes[i]);
             fprintf(f, "</li>\n");
         }
         fprintf(f, "</ul>\n");

@@ -15,6 +15,9 @@
 extern "C" {
 #endif
 
+/* Writes s with <, >, & and " escaped for HTML text and attributes. */
+void td_report_html_escape(FILE *f, const char *s);
+
 /* The verdict on one screen: CONFORMANT / DIVERGENT, the arms and budget,
  * the first divergent tap (step, kind, error, budget ratio, growth, where it
  * diverges most, why it is not rounding) and the 3 taps before it. */
