@@ -24,6 +24,7 @@
 #include "runner.h"
 #include "tap.h"
 #include "tapfile.h"
+#include "tapgen.h"
 
 static char tmp[256];
 static char model[512];
@@ -94,92 +95,43 @@ static void run_ref(const char *backend, const char *out, run_out *ro) {
 /* ------------------------------------------------------------------------ */
 /* Copy a tap file through the reader and the writer, with a hook            */
 
-typedef void (*copy_hook)(int64_t step, const td_tap_info *ti, const int64_t *tokens, int64_t *ivals, double *fvals,
-                          void *user);
 
-static void copy_tapfile(const char *src, const char *dst, copy_hook hook, void *user) {
-    td_err e;
-    td_tapfile *f = NULL;
-    cr_assert_eq(td_tapfile_open(&f, src, &e), 0, "%s", e.msg);
-    td_tap_sink *s = NULL;
-    td_tap_options o = td_tap_options_default();
-    cr_assert_eq(td_tap_sink_open(&s, dst, &o, &e), 0, "%s", e.msg);
-    char **names = NULL;
-    int n_names = 0;
-    cr_assert_eq(td_tapfile_attr_names(f, &names, &n_names, &e), 0, "%s", e.msg);
-    static const char *const own[] = {"format", "format_version", "created", "tap_mode", "tap_filter"};
-    for (int i = 0; i < n_names; i++) {
-        int skip = 0;
-        for (size_t j = 0; j < sizeof own / sizeof own[0]; j++) skip |= !strcmp(names[i], own[j]);
-        if (skip) continue;
-        char *v = NULL;
-        cr_assert_eq(td_tapfile_attr_str(f, names[i], &v, &e), 0, "%s", e.msg);
-        td_tap_sink_attr_str(s, names[i], v);
-        free(v);
-    }
-    td_tapfile_free_names(names, n_names);
-    for (int64_t st = 0; st < td_tapfile_n_steps(f); st++) {
-        td_step_info si;
-        cr_assert_eq(td_tapfile_step(f, st, &si, &e), 0, "%s", e.msg);
-        td_tap_info *taps = NULL;
-        int64_t nt = 0;
-        cr_assert_eq(td_tapfile_step_taps(f, st, &taps, &nt, &e), 0, "%s", e.msg);
-        int64_t *tokens = calloc((size_t)si.n_tokens, sizeof *tokens);
-        cr_assert_eq(td_tapfile_read_i64(f, st, "inp.tokens", tokens, (uint64_t)si.n_tokens, &e), 0, "%s", e.msg);
-        cr_assert_eq(td_tap_step_begin(s, si.kind, si.pos0, si.n_tokens, &e), 0, "%s", e.msg);
-        for (int64_t i = 0; i < nt; i++) {
-            const td_tap_info *ti = &taps[i];
-            cr_assert(ti->has_data, "%s has no data", ti->name);
-            const size_t n = ti->count ? ti->count : 1;
-            int64_t *iv = calloc(n, sizeof *iv);
-            double *fv = calloc(n, sizeof *fv);
-            void *buf = calloc(n, 8);
-            if (td_dtype_is_int(ti->dtype)) {
-                cr_assert_eq(td_tapfile_read_i64(f, st, ti->name, iv, ti->count, &e), 0, "%s", e.msg);
-            } else {
-                cr_assert_eq(td_tapfile_read_f64(f, st, ti->name, fv, ti->count, &e), 0, "%s", e.msg);
-            }
-            if (hook) hook(st, ti, tokens, iv, fv, user);
-            for (uint64_t k = 0; k < ti->count; k++) {
-                switch (ti->dtype) {
-                case TD_DT_F64: ((double *)buf)[k] = fv[k]; break;
-                case TD_DT_F32: ((float *)buf)[k] = (float)fv[k]; break;
-                case TD_DT_I32: ((int32_t *)buf)[k] = (int32_t)iv[k]; break;
-                case TD_DT_I64: ((int64_t *)buf)[k] = iv[k]; break;
-                default: cr_assert_fail("unexpected dtype of %s", ti->name);
-                }
-            }
-            td_tap_emit(s, -1, ti->name, ti->dtype, buf, ti->ndim, ti->shape);
-            free(iv), free(fv), free(buf);
-        }
-        cr_assert_eq(td_tap_step_end(s, &e), 0, "%s", e.msg);
-        free(tokens);
-        free(taps);
-    }
-    cr_assert_eq(td_tap_sink_close(s, &e), 0, "%s", e.msg);
-    td_tapfile_close(f);
-}
+/* Breaks the planted tie the other way (a tg_copy perturbation, tapgen.h):
+ * at every tie token of layer 0, expert b (3) is selected instead of a (2).
+ * Counts the rows changed. inp.tokens is the first tap of every step, so the
+ * tokens of the rows are known by the time moe_topk comes. */
+typedef struct reverse_ties {
+    int64_t changed;
+    int64_t step;       /* the step `tokens` belongs to */
+    int64_t tokens[64];
+} reverse_ties;
 
-/* Breaks the planted tie the other way: at every tie token of layer 0,
- * expert b (3) is selected instead of a (2). Counts the rows changed. */
-static void hook_reverse_ties(int64_t step, const td_tap_info *ti, const int64_t *tokens, int64_t *iv, double *fv,
-                              void *user) {
-    (void)step, (void)fv;
+static void hook_reverse_ties(void *user, int64_t step, const td_tap_info *ti, double *v, uint64_t n) {
+    reverse_ties *rt = user;
+    cr_assert(ti->has_data, "%s has no data", ti->name);
+    if (!strcmp(ti->name, "inp.tokens")) {
+        cr_assert_leq(n, 64);
+        for (uint64_t k = 0; k < n; k++) rt->tokens[k] = (int64_t)v[k];
+        rt->step = step;
+        return;
+    }
     const td_fixture_ties_plan *p = td_fixture_ties();
     char name[64];
     snprintf(name, sizeof name, "blk.%u.moe_topk", p->layer);
     if (strcmp(ti->name, name)) return;
+    cr_assert_eq(rt->step, step, "%s before inp.tokens in step %lld", name, (long long)step);
     const int64_t T = ti->shape[0], K = ti->shape[1];
     for (int64_t t = 0; t < T; t++) {
-        if (!td_fixture_ties_is_tie_token((int32_t)tokens[t])) continue;
+        if (!td_fixture_ties_is_tie_token((int32_t)rt->tokens[t])) continue;
         int found = 0;
         for (int64_t j = 0; j < K; j++)
-            if (iv[t * K + j] == p->expert_a) {
-                iv[t * K + j] = p->expert_b;
+            if (v[t * K + j] == (double)p->expert_a) {
+                v[t * K + j] = (double)p->expert_b;
                 found = 1;
             }
-        cr_assert(found, "tie token %lld: the reference did not select expert %u", (long long)tokens[t], p->expert_a);
-        (*(int64_t *)user)++;
+        cr_assert(found, "tie token %lld: the reference did not select expert %u", (long long)rt->tokens[t],
+                  p->expert_a);
+        rt->changed++;
     }
 }
 
@@ -192,20 +144,20 @@ typedef struct nontie {
     int64_t done;
 } nontie;
 
-static void hook_nontie(int64_t step, const td_tap_info *ti, const int64_t *tokens, int64_t *iv, double *fv,
-                        void *user) {
-    (void)tokens;
+static void hook_nontie(void *user, int64_t step, const td_tap_info *ti, double *v, uint64_t n) {
+    (void)n;
     nontie *nt = user;
+    cr_assert(ti->has_data, "%s has no data", ti->name);
     if (step != 0) return;
     const int64_t X = TD_FIXTURE_TIES_X;
     if (!strcmp(ti->name, "blk.0.moe_probs"))
-        for (int64_t e = 0; e < X; e++) nt->probs[e] = fv[nt->row * X + e]; // moe_probs comes before moe_topk
+        for (int64_t e = 0; e < X; e++) nt->probs[e] = v[nt->row * X + e]; // moe_probs comes before moe_topk
     if (strcmp(ti->name, "blk.0.moe_topk")) return;
     const int64_t K = ti->shape[1];
     int64_t lowest = 0;
     for (int64_t e = 1; e < X; e++)
         if (nt->probs[e] < nt->probs[lowest]) lowest = e;
-    iv[nt->row * K + (K - 1)] = lowest;
+    v[nt->row * K + (K - 1)] = (double)lowest;
     nt->done = 1;
 }
 
@@ -277,9 +229,9 @@ Test(audit, reversed_tie_break_disagrees_only_at_tie_tokens_all_explained) {
     write_fixture();
     run_out ro;
     run_ref("ref", in_tmp("a.h5"), &ro);
-    int64_t changed = 0;
-    copy_tapfile(in_tmp("a.h5"), in_tmp("rev.h5"), hook_reverse_ties, &changed);
-    cr_assert_eq(changed, ro.n_even);
+    reverse_ties rt = {.step = -1};
+    tg_copy(in_tmp("a.h5"), in_tmp("rev.h5"), hook_reverse_ties, &rt, NULL, NULL, NULL, NULL);
+    cr_assert_eq(rt.changed, ro.n_even);
 
     td_audit_result *r = NULL;
     td_err e;
@@ -310,7 +262,7 @@ Test(audit, changed_non_tie_selection_is_unexplained) {
     nontie nt = {.row = -1};
     for (int i = 0; i < 16 && nt.row < 0; i++)
         if (!td_fixture_ties_is_tie_token(prompt[i])) nt.row = i;
-    copy_tapfile(in_tmp("a.h5"), in_tmp("bug.h5"), hook_nontie, &nt);
+    tg_copy(in_tmp("a.h5"), in_tmp("bug.h5"), hook_nontie, &nt, NULL, NULL, NULL, NULL);
     cr_assert(nt.done);
 
     td_audit_result *r = NULL;

@@ -16,6 +16,7 @@
 #include "selfcheck.h"
 #include "tap.h"
 #include "tapfile.h"
+#include "tapgen.h"
 
 static char tmp[256];
 static char model[512];
@@ -70,68 +71,6 @@ static void run_ref(const char *out, td_tap_mode mode, const int32_t *pinned, in
     td_run_result_free(&res);
 }
 
-/* Copies a tap file through the reader and the writer; hook may change
- * integer (iv) or float (fv) values. */
-typedef void (*copy_hook)(int64_t step, const td_tap_info *ti, int64_t *iv, double *fv, void *user);
-
-static void copy_tapfile(const char *src, const char *dst, copy_hook hook, void *user) {
-    td_err e;
-    td_tapfile *f = NULL;
-    cr_assert_eq(td_tapfile_open(&f, src, &e), 0, "%s", e.msg);
-    td_tap_sink *s = NULL;
-    td_tap_options o = td_tap_options_default();
-    cr_assert_eq(td_tap_sink_open(&s, dst, &o, &e), 0, "%s", e.msg);
-    char **names = NULL;
-    int n_names = 0;
-    cr_assert_eq(td_tapfile_attr_names(f, &names, &n_names, &e), 0, "%s", e.msg);
-    static const char *const own[] = {"format", "format_version", "created", "tap_mode", "tap_filter"};
-    for (int i = 0; i < n_names; i++) {
-        int skip = 0;
-        for (size_t j = 0; j < sizeof own / sizeof own[0]; j++) skip |= !strcmp(names[i], own[j]);
-        if (skip) continue;
-        char *v = NULL;
-        cr_assert_eq(td_tapfile_attr_str(f, names[i], &v, &e), 0, "%s", e.msg);
-        td_tap_sink_attr_str(s, names[i], v);
-        free(v);
-    }
-    td_tapfile_free_names(names, n_names);
-    for (int64_t st = 0; st < td_tapfile_n_steps(f); st++) {
-        td_step_info si;
-        cr_assert_eq(td_tapfile_step(f, st, &si, &e), 0, "%s", e.msg);
-        td_tap_info *taps = NULL;
-        int64_t nt = 0;
-        cr_assert_eq(td_tapfile_step_taps(f, st, &taps, &nt, &e), 0, "%s", e.msg);
-        cr_assert_eq(td_tap_step_begin(s, si.kind, si.pos0, si.n_tokens, &e), 0, "%s", e.msg);
-        for (int64_t i = 0; i < nt; i++) {
-            const td_tap_info *ti = &taps[i];
-            cr_assert(ti->has_data, "%s has no data", ti->name);
-            const size_t n = ti->count ? ti->count : 1;
-            int64_t *iv = calloc(n, sizeof *iv);
-            double *fv = calloc(n, sizeof *fv);
-            void *buf = calloc(n, 8);
-            if (td_dtype_is_int(ti->dtype))
-                cr_assert_eq(td_tapfile_read_i64(f, st, ti->name, iv, ti->count, &e), 0, "%s", e.msg);
-            else
-                cr_assert_eq(td_tapfile_read_f64(f, st, ti->name, fv, ti->count, &e), 0, "%s", e.msg);
-            if (hook) hook(st, ti, iv, fv, user);
-            for (uint64_t k = 0; k < ti->count; k++) {
-                switch (ti->dtype) {
-                case TD_DT_F64: ((double *)buf)[k] = fv[k]; break;
-                case TD_DT_F32: ((float *)buf)[k] = (float)fv[k]; break;
-                case TD_DT_I32: ((int32_t *)buf)[k] = (int32_t)iv[k]; break;
-                case TD_DT_I64: ((int64_t *)buf)[k] = iv[k]; break;
-                default: cr_assert_fail("unexpected dtype of %s", ti->name);
-                }
-            }
-            td_tap_emit(s, -1, ti->name, ti->dtype, buf, ti->ndim, ti->shape);
-            free(iv), free(fv), free(buf);
-        }
-        cr_assert_eq(td_tap_step_end(s, &e), 0, "%s", e.msg);
-        free(taps);
-    }
-    cr_assert_eq(td_tap_sink_close(s, &e), 0, "%s", e.msg);
-    td_tapfile_close(f);
-}
 
 typedef struct doctor {
     int64_t step;      /* the step to change */
@@ -142,13 +81,14 @@ typedef struct doctor {
     int done;
 } doctor;
 
-static void hook_doctor(int64_t step, const td_tap_info *ti, int64_t *iv, double *fv, void *user) {
-    (void)fv;
+/* A tg_copy perturbation (tapgen.h): one integer tap entry replaced. */
+static void hook_doctor(void *user, int64_t step, const td_tap_info *ti, double *v, uint64_t n) {
     doctor *d = user;
+    cr_assert(ti->has_data, "%s has no data", ti->name);
     if (step != d->step || strcmp(ti->name, d->tap)) return;
-    cr_assert_lt((uint64_t)d->index, ti->count);
-    d->old = iv[d->index];
-    iv[d->index] = d->value;
+    cr_assert_lt((uint64_t)d->index, n);
+    d->old = (int64_t)v[d->index];
+    v[d->index] = (double)d->value;
     d->done = 1;
 }
 
@@ -197,7 +137,7 @@ Test(selfcheck, decode_step_fed_token_zero_fails_at_that_step) {
     // file step 3 = decode step 3, fed[2] by the runner
     doctor d = {.step = 3, .tap = "inp.tokens", .index = 0, .value = 0};
     cr_assert_neq(fed[2], 0, "pick a step whose token is not 0 already");
-    copy_tapfile(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d);
+    tg_copy(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d, NULL, NULL, NULL, NULL);
     cr_assert(d.done);
     cr_assert_eq(d.old, fed[2]);
 
@@ -219,7 +159,7 @@ Test(selfcheck, history_entry_changed_fails_at_that_step) {
     // after step 2 the reference has consumed prompt + fed[0] + fed[1]
     // (7 ids, W = 16): hist.tokens[5] is fed[0]
     doctor d = {.step = 2, .tap = "hist.tokens", .index = 5, .value = fed[0] + 1};
-    copy_tapfile(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d);
+    tg_copy(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d, NULL, NULL, NULL, NULL);
     cr_assert(d.done);
     cr_assert_eq(d.old, fed[0]);
     td_selfcheck_report rep;
@@ -248,7 +188,7 @@ Test(selfcheck, pinned_file_checks_history_only) {
     // the consumed token of step 4 replaced: the history (written by the
     // engine from what it really consumed) no longer matches inp.tokens
     doctor d = {.step = 4, .tap = "inp.tokens", .index = 0, .value = 0};
-    copy_tapfile(in_tmp("p.h5"), in_tmp("bad.h5"), hook_doctor, &d);
+    tg_copy(in_tmp("p.h5"), in_tmp("bad.h5"), hook_doctor, &d, NULL, NULL, NULL, NULL);
     cr_assert_eq(d.old, pin[3]);
     cr_assert_eq(td_selfcheck_file(in_tmp("bad.h5"), &rep, &e), 0, "%s", e.msg);
     cr_assert_eq(rep.verdict, TD_DIVERGENT);
@@ -315,7 +255,7 @@ Test(selfcheck, compare_of_two_identical_stale_files_is_divergent) {
     run_ref(in_tmp("g.h5"), TD_TAP_FULL, NULL, fed);
     doctor d = {.step = 3, .tap = "inp.tokens", .index = 0, .value = 0};
     cr_assert_neq(fed[2], 0, "pick a step whose token is not 0 already");
-    copy_tapfile(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d);
+    tg_copy(in_tmp("g.h5"), in_tmp("bad.h5"), hook_doctor, &d, NULL, NULL, NULL, NULL);
     cr_assert(d.done);
     char args[1024];
     snprintf(args, sizeof args, "compare '%s' '%s' --control '%s'", in_tmp("g.h5"), in_tmp("g.h5"), in_tmp("g.h5"));
