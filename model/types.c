@@ -5,6 +5,7 @@
  * sum fits in 53 bits); the f32 decoder returns the same numbers rounded once
  * to float. Formulas: ../shared/spec/quants.md; ids and sizes: gguf.md §5. */
 #include "types.h"
+#include "blocks.h"
 
 #include <math.h>
 #include <stddef.h>
@@ -15,140 +16,6 @@
  * little-endian values on a little-endian host. */
 _Static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "tapdiff assumes a little-endian host");
 _Static_assert(sizeof(float) == 4 && sizeof(double) == 8, "IEEE binary32/binary64 expected");
-
-/* ------------------------------------------------------------------------ */
-/* Block layouts. These structs document the bytes and give offsetof() for   */
-/* each field; a block is never accessed through a struct pointer (blocks in  */
-/* a mapped file may be unaligned), only through rd_*() at those offsets.     */
-
-#define QK_K 256
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint8_t qs[16];  /* 32 x 4-bit codes: low nibbles = y[0..15], high = y[16..31] */
-} blk_q4_0;
-_Static_assert(sizeof(blk_q4_0) == 18, "Q4_0 block is 18 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint16_t m;      /* f16 offset added to every value (the block min) */
-    uint8_t qs[16];  /* 32 x 4-bit codes, nibble order as Q4_0 */
-} blk_q4_1;
-_Static_assert(sizeof(blk_q4_1) == 20, "Q4_1 block is 20 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint8_t qh[4];   /* u32 LE: bit j = 5th bit of code j (bytes, to keep the struct unpadded) */
-    uint8_t qs[16];  /* low 4 bits of the 32 codes, nibble order as Q4_0 */
-} blk_q5_0;
-_Static_assert(sizeof(blk_q5_0) == 22, "Q5_0 block is 22 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint16_t m;      /* f16 offset (min) */
-    uint8_t qh[4];   /* u32 LE: 5th bits */
-    uint8_t qs[16];  /* low 4 bits */
-} blk_q5_1;
-_Static_assert(sizeof(blk_q5_1) == 24, "Q5_1 block is 24 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    int8_t qs[32];   /* signed codes */
-} blk_q8_0;
-_Static_assert(sizeof(blk_q8_0) == 34, "Q8_0 block is 34 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint8_t qs[16];  /* 128 sign bits: bit (j mod 8) of byte j/8 set -> +d */
-} blk_q1_0;
-_Static_assert(sizeof(blk_q1_0) == 18, "Q1_0 block is 18 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint8_t qs[16];  /* 64 x 2-bit codes, 4 per byte from the low bits up; value code-1 */
-} blk_q2_0;
-_Static_assert(sizeof(blk_q2_0) == 18, "Q2_0 block is 18 bytes");
-
-typedef struct {
-    uint8_t e;       /* E8M0 exponent; scale 2^(e-128) against the doubled E2M1 table */
-    uint8_t qs[16];  /* 32 x 4-bit E2M1 codes, nibble order as Q4_0 */
-} blk_mxfp4;
-_Static_assert(sizeof(blk_mxfp4) == 17, "MXFP4 block is 17 bytes");
-
-typedef struct {
-    uint16_t d;      /* f16 scale */
-    uint8_t qs[16];  /* 32 x 4-bit codebook indices, nibble order as Q4_0 */
-} blk_iq4_nl;
-_Static_assert(sizeof(blk_iq4_nl) == 18, "IQ4_NL block is 18 bytes");
-
-typedef struct {
-    uint8_t scales[16]; /* per 16-value sub-block: low nibble scale code, high nibble min code */
-    uint8_t qs[64];     /* 256 x 2-bit codes */
-    uint16_t d;         /* f16 scale of the scale codes */
-    uint16_t dmin;      /* f16 scale of the min codes */
-} blk_q2_k;
-_Static_assert(sizeof(blk_q2_k) == 84, "Q2_K block is 84 bytes");
-
-typedef struct {
-    uint8_t hmask[32];  /* 3rd bit of each code (clear -> code - 4) */
-    uint8_t qs[64];     /* low 2 bits of each code */
-    uint8_t scales[12]; /* 16 x 6-bit signed (offset 32) scales, packed */
-    uint16_t d;         /* f16 super-block scale */
-} blk_q3_k;
-_Static_assert(sizeof(blk_q3_k) == 110, "Q3_K block is 110 bytes");
-
-typedef struct {
-    uint16_t d;         /* f16 scale of the 6-bit scale codes */
-    uint16_t dmin;      /* f16 scale of the 6-bit min codes */
-    uint8_t scales[12]; /* 8 scale + 8 min codes, 6 bits each, packed */
-    uint8_t qs[128];    /* 256 x 4-bit codes, 64-value chunks: low nibbles then high */
-} blk_q4_k;
-_Static_assert(sizeof(blk_q4_k) == 144, "Q4_K block is 144 bytes");
-
-typedef struct {
-    uint16_t d;         /* f16 scale of the scale codes */
-    uint16_t dmin;      /* f16 scale of the min codes */
-    uint8_t scales[12]; /* packed as Q4_K */
-    uint8_t qh[32];     /* 5th bits: bit s of qh[l] belongs to sub-block s */
-    uint8_t qs[128];    /* low 4 bits, as Q4_K */
-} blk_q5_k;
-_Static_assert(sizeof(blk_q5_k) == 176, "Q5_K block is 176 bytes");
-
-typedef struct {
-    uint8_t ql[128];    /* low 4 bits of the 6-bit codes */
-    uint8_t qh[64];     /* high 2 bits, four codes per byte */
-    int8_t scales[16];  /* signed 8-bit sub-block scales */
-    uint16_t d;         /* f16 super-block scale */
-} blk_q6_k;
-_Static_assert(sizeof(blk_q6_k) == 210, "Q6_K block is 210 bytes");
-
-typedef struct {
-    float d;            /* f32 scale (this type exists for activations) */
-    int8_t qs[256];     /* signed codes */
-    int16_t bsums[16];  /* sums of 16-code groups; only dot kernels use them */
-} blk_q8_k;
-_Static_assert(sizeof(blk_q8_k) == 292, "Q8_K block is 292 bytes");
-
-typedef struct {
-    uint8_t qs[48];     /* 5 trits per byte, fixed-point base 3 */
-    uint8_t qh[4];      /* 4 trits per byte */
-    uint16_t d;         /* f16 scale */
-} blk_tq1_0;
-_Static_assert(sizeof(blk_tq1_0) == 54, "TQ1_0 block is 54 bytes");
-
-typedef struct {
-    uint8_t qs[64];     /* 256 x 2-bit codes; value code-1 */
-    uint16_t d;         /* f16 scale */
-} blk_tq2_0;
-_Static_assert(sizeof(blk_tq2_0) == 66, "TQ2_0 block is 66 bytes");
-
-typedef struct {
-    uint16_t d;          /* f16 super-block scale */
-    uint16_t scales_h;   /* 2 high bits of each sub-block's 6-bit scale */
-    uint8_t scales_l[4]; /* 4 low bits of each sub-block's scale, two per byte */
-    uint8_t qs[128];     /* 256 x 4-bit codebook indices, 32-value sub-blocks */
-} blk_iq4_xs;
-_Static_assert(sizeof(blk_iq4_xs) == 136, "IQ4_XS block is 136 bytes");
 
 /* ------------------------------------------------------------------------ */
 /* Type table (gguf.md §5). Removed ids keep a zero entry (name NULL).        */
@@ -168,25 +35,25 @@ static const td_type_info k_types[TD_TYPE_COUNT] = {
     [TD_TYPE_Q5_K] = {"Q5_K", 256, 176, 1},
     [TD_TYPE_Q6_K] = {"Q6_K", 256, 210, 1},
     [TD_TYPE_Q8_K] = {"Q8_K", 256, 292, 1},
-    [TD_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66, 0},
-    [TD_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74, 0},
-    [TD_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98, 0},
-    [TD_TYPE_IQ1_S] = {"IQ1_S", 256, 50, 0},
+    [TD_TYPE_IQ2_XXS] = {"IQ2_XXS", 256, 66, 1},
+    [TD_TYPE_IQ2_XS] = {"IQ2_XS", 256, 74, 1},
+    [TD_TYPE_IQ3_XXS] = {"IQ3_XXS", 256, 98, 1},
+    [TD_TYPE_IQ1_S] = {"IQ1_S", 256, 50, 1},
     [TD_TYPE_IQ4_NL] = {"IQ4_NL", 32, 18, 1},
-    [TD_TYPE_IQ3_S] = {"IQ3_S", 256, 110, 0},
-    [TD_TYPE_IQ2_S] = {"IQ2_S", 256, 82, 0},
+    [TD_TYPE_IQ3_S] = {"IQ3_S", 256, 110, 1},
+    [TD_TYPE_IQ2_S] = {"IQ2_S", 256, 82, 1},
     [TD_TYPE_IQ4_XS] = {"IQ4_XS", 256, 136, 1},
     [TD_TYPE_I8] = {"I8", 1, 1, 0},
     [TD_TYPE_I16] = {"I16", 1, 2, 0},
     [TD_TYPE_I32] = {"I32", 1, 4, 0},
     [TD_TYPE_I64] = {"I64", 1, 8, 0},
     [TD_TYPE_F64] = {"F64", 1, 8, 1},
-    [TD_TYPE_IQ1_M] = {"IQ1_M", 256, 56, 0},
+    [TD_TYPE_IQ1_M] = {"IQ1_M", 256, 56, 1},
     [TD_TYPE_BF16] = {"BF16", 1, 2, 1},
     [TD_TYPE_TQ1_0] = {"TQ1_0", 256, 54, 1},
     [TD_TYPE_TQ2_0] = {"TQ2_0", 256, 66, 1},
     [TD_TYPE_MXFP4] = {"MXFP4", 32, 17, 1},
-    [TD_TYPE_NVFP4] = {"NVFP4", 64, 36, 0},
+    [TD_TYPE_NVFP4] = {"NVFP4", 64, 36, 1},
     [TD_TYPE_Q1_0] = {"Q1_0", 128, 18, 1},
     [TD_TYPE_Q2_0] = {"Q2_0", 64, 18, 1},
 };
@@ -301,8 +168,8 @@ static inline double rd_f16(const uint8_t *p) { return td_f16_to_f64(rd_u16(p));
 #define HI(x) ((x) >> 4)
 
 static void dec_q4_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q4_0, d));
-    const uint8_t *qs = FIELD(b, blk_q4_0, qs);
+    double d = rd_f16(FIELD(b, td_blk_q4_0, d));
+    const uint8_t *qs = FIELD(b, td_blk_q4_0, qs);
     for (int j = 0; j < 16; j++) {
         y[j] = d * (LO(qs[j]) - 8);
         y[j + 16] = d * (HI(qs[j]) - 8);
@@ -310,9 +177,9 @@ static void dec_q4_0(const uint8_t *b, double *y) {
 }
 
 static void dec_q4_1(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q4_1, d));
-    double m = rd_f16(FIELD(b, blk_q4_1, m));
-    const uint8_t *qs = FIELD(b, blk_q4_1, qs);
+    double d = rd_f16(FIELD(b, td_blk_q4_1, d));
+    double m = rd_f16(FIELD(b, td_blk_q4_1, m));
+    const uint8_t *qs = FIELD(b, td_blk_q4_1, qs);
     for (int j = 0; j < 16; j++) {
         y[j] = d * LO(qs[j]) + m;
         y[j + 16] = d * HI(qs[j]) + m;
@@ -320,9 +187,9 @@ static void dec_q4_1(const uint8_t *b, double *y) {
 }
 
 static void dec_q5_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q5_0, d));
-    uint32_t qh = rd_u32(FIELD(b, blk_q5_0, qh));
-    const uint8_t *qs = FIELD(b, blk_q5_0, qs);
+    double d = rd_f16(FIELD(b, td_blk_q5_0, d));
+    uint32_t qh = rd_u32(FIELD(b, td_blk_q5_0, qh));
+    const uint8_t *qs = FIELD(b, td_blk_q5_0, qs);
     for (int j = 0; j < 16; j++) {
         int q0 = LO(qs[j]) | (int)(((qh >> j) & 1) << 4);
         int q1 = HI(qs[j]) | (int)(((qh >> (j + 16)) & 1) << 4);
@@ -332,10 +199,10 @@ static void dec_q5_0(const uint8_t *b, double *y) {
 }
 
 static void dec_q5_1(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q5_1, d));
-    double m = rd_f16(FIELD(b, blk_q5_1, m));
-    uint32_t qh = rd_u32(FIELD(b, blk_q5_1, qh));
-    const uint8_t *qs = FIELD(b, blk_q5_1, qs);
+    double d = rd_f16(FIELD(b, td_blk_q5_1, d));
+    double m = rd_f16(FIELD(b, td_blk_q5_1, m));
+    uint32_t qh = rd_u32(FIELD(b, td_blk_q5_1, qh));
+    const uint8_t *qs = FIELD(b, td_blk_q5_1, qs);
     for (int j = 0; j < 16; j++) {
         int q0 = LO(qs[j]) | (int)(((qh >> j) & 1) << 4);
         int q1 = HI(qs[j]) | (int)(((qh >> (j + 16)) & 1) << 4);
@@ -345,20 +212,20 @@ static void dec_q5_1(const uint8_t *b, double *y) {
 }
 
 static void dec_q8_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q8_0, d));
-    const int8_t *qs = (const int8_t *)FIELD(b, blk_q8_0, qs);
+    double d = rd_f16(FIELD(b, td_blk_q8_0, d));
+    const int8_t *qs = (const int8_t *)FIELD(b, td_blk_q8_0, qs);
     for (int j = 0; j < 32; j++) y[j] = d * qs[j];
 }
 
 static void dec_q1_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q1_0, d));
-    const uint8_t *qs = FIELD(b, blk_q1_0, qs);
+    double d = rd_f16(FIELD(b, td_blk_q1_0, d));
+    const uint8_t *qs = FIELD(b, td_blk_q1_0, qs);
     for (int j = 0; j < 128; j++) y[j] = ((qs[j / 8] >> (j % 8)) & 1) ? d : -d;
 }
 
 static void dec_q2_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q2_0, d));
-    const uint8_t *qs = FIELD(b, blk_q2_0, qs);
+    double d = rd_f16(FIELD(b, td_blk_q2_0, d));
+    const uint8_t *qs = FIELD(b, td_blk_q2_0, qs);
     for (int j = 0; j < 64; j++) y[j] = d * (((qs[j / 4] >> (2 * (j % 4))) & 3) - 1);
 }
 
@@ -366,8 +233,8 @@ static void dec_q2_0(const uint8_t *b, double *y) {
 static const int8_t k_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
 static void dec_mxfp4(const uint8_t *b, double *y) {
-    double d = ldexp(1.0, (int)b[offsetof(blk_mxfp4, e)] - 128);
-    const uint8_t *qs = FIELD(b, blk_mxfp4, qs);
+    double d = ldexp(1.0, (int)b[offsetof(td_blk_mxfp4, e)] - 128);
+    const uint8_t *qs = FIELD(b, td_blk_mxfp4, qs);
     for (int j = 0; j < 16; j++) {
         y[j] = d * k_fp4[LO(qs[j])];
         y[j + 16] = d * k_fp4[HI(qs[j])];
@@ -378,8 +245,8 @@ static const int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
 
 static void dec_iq4_nl(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_iq4_nl, d));
-    const uint8_t *qs = FIELD(b, blk_iq4_nl, qs);
+    double d = rd_f16(FIELD(b, td_blk_iq4_nl, d));
+    const uint8_t *qs = FIELD(b, td_blk_iq4_nl, qs);
     for (int j = 0; j < 16; j++) {
         y[j] = d * k_iq4nl[LO(qs[j])];
         y[j + 16] = d * k_iq4nl[HI(qs[j])];
@@ -387,10 +254,10 @@ static void dec_iq4_nl(const uint8_t *b, double *y) {
 }
 
 static void dec_iq4_xs(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_iq4_xs, d));
-    unsigned sh = rd_u16(FIELD(b, blk_iq4_xs, scales_h));
-    const uint8_t *sl = FIELD(b, blk_iq4_xs, scales_l);
-    const uint8_t *qs = FIELD(b, blk_iq4_xs, qs);
+    double d = rd_f16(FIELD(b, td_blk_iq4_xs, d));
+    unsigned sh = rd_u16(FIELD(b, td_blk_iq4_xs, scales_h));
+    const uint8_t *sl = FIELD(b, td_blk_iq4_xs, scales_l);
+    const uint8_t *qs = FIELD(b, td_blk_iq4_xs, qs);
     for (int s = 0; s < 8; s++) { /* 32-value sub-blocks */
         int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0xF) | (int)(((sh >> (2 * s)) & 3) << 4);
         double dl = d * (ls - 32);
@@ -402,10 +269,10 @@ static void dec_iq4_xs(const uint8_t *b, double *y) {
 }
 
 static void dec_q2_k(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q2_k, d));
-    double dmin = rd_f16(FIELD(b, blk_q2_k, dmin));
-    const uint8_t *sc = FIELD(b, blk_q2_k, scales);
-    const uint8_t *qs = FIELD(b, blk_q2_k, qs);
+    double d = rd_f16(FIELD(b, td_blk_q2_k, d));
+    double dmin = rd_f16(FIELD(b, td_blk_q2_k, dmin));
+    const uint8_t *sc = FIELD(b, td_blk_q2_k, scales);
+    const uint8_t *qs = FIELD(b, td_blk_q2_k, qs);
     /* n = 128h + 32j + 16k + l: each qs byte holds 4 codes, 32 values apart */
     for (int h = 0; h < 2; h++)
         for (int j = 0; j < 4; j++)
@@ -420,10 +287,10 @@ static void dec_q2_k(const uint8_t *b, double *y) {
 }
 
 static void dec_q3_k(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q3_k, d));
-    const uint8_t *hm = FIELD(b, blk_q3_k, hmask);
-    const uint8_t *qs = FIELD(b, blk_q3_k, qs);
-    const uint8_t *sc = FIELD(b, blk_q3_k, scales);
+    double d = rd_f16(FIELD(b, td_blk_q3_k, d));
+    const uint8_t *hm = FIELD(b, td_blk_q3_k, hmask);
+    const uint8_t *qs = FIELD(b, td_blk_q3_k, qs);
+    const uint8_t *sc = FIELD(b, td_blk_q3_k, scales);
     int S[16];
     for (int i = 0; i < 16; i++) {
         int low4 = i < 8 ? LO(sc[i]) : HI(sc[i - 8]);
@@ -455,11 +322,11 @@ static void unpack_k_scales(const uint8_t *s, int sc[8], int mn[8]) {
 }
 
 static void dec_q4_k(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q4_k, d));
-    double dmin = rd_f16(FIELD(b, blk_q4_k, dmin));
-    const uint8_t *qs = FIELD(b, blk_q4_k, qs);
+    double d = rd_f16(FIELD(b, td_blk_q4_k, d));
+    double dmin = rd_f16(FIELD(b, td_blk_q4_k, dmin));
+    const uint8_t *qs = FIELD(b, td_blk_q4_k, qs);
     int sc[8], mn[8];
-    unpack_k_scales(FIELD(b, blk_q4_k, scales), sc, mn);
+    unpack_k_scales(FIELD(b, td_blk_q4_k, scales), sc, mn);
     for (int c = 0; c < 4; c++) {
         double d0 = d * sc[2 * c], m0 = dmin * mn[2 * c];
         double d1 = d * sc[2 * c + 1], m1 = dmin * mn[2 * c + 1];
@@ -471,12 +338,12 @@ static void dec_q4_k(const uint8_t *b, double *y) {
 }
 
 static void dec_q5_k(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q5_k, d));
-    double dmin = rd_f16(FIELD(b, blk_q5_k, dmin));
-    const uint8_t *qh = FIELD(b, blk_q5_k, qh);
-    const uint8_t *qs = FIELD(b, blk_q5_k, qs);
+    double d = rd_f16(FIELD(b, td_blk_q5_k, d));
+    double dmin = rd_f16(FIELD(b, td_blk_q5_k, dmin));
+    const uint8_t *qh = FIELD(b, td_blk_q5_k, qh);
+    const uint8_t *qs = FIELD(b, td_blk_q5_k, qs);
     int sc[8], mn[8];
-    unpack_k_scales(FIELD(b, blk_q5_k, scales), sc, mn);
+    unpack_k_scales(FIELD(b, td_blk_q5_k, scales), sc, mn);
     for (int c = 0; c < 4; c++) {
         double d0 = d * sc[2 * c], m0 = dmin * mn[2 * c];
         double d1 = d * sc[2 * c + 1], m1 = dmin * mn[2 * c + 1];
@@ -490,10 +357,10 @@ static void dec_q5_k(const uint8_t *b, double *y) {
 }
 
 static void dec_q6_k(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_q6_k, d));
-    const uint8_t *ql = FIELD(b, blk_q6_k, ql);
-    const uint8_t *qh = FIELD(b, blk_q6_k, qh);
-    const int8_t *sc = (const int8_t *)FIELD(b, blk_q6_k, scales);
+    double d = rd_f16(FIELD(b, td_blk_q6_k, d));
+    const uint8_t *ql = FIELD(b, td_blk_q6_k, ql);
+    const uint8_t *qh = FIELD(b, td_blk_q6_k, qh);
+    const int8_t *sc = (const int8_t *)FIELD(b, td_blk_q6_k, scales);
     for (int h = 0; h < 2; h++) {
         const uint8_t *L = ql + 64 * h, *H = qh + 32 * h;
         const int8_t *S = sc + 8 * h;
@@ -514,15 +381,15 @@ static void dec_q6_k(const uint8_t *b, double *y) {
 
 static void dec_q8_k(const uint8_t *b, double *y) {
     float df;
-    memcpy(&df, FIELD(b, blk_q8_k, d), 4);
+    memcpy(&df, FIELD(b, td_blk_q8_k, d), 4);
     double d = df;
-    const int8_t *qs = (const int8_t *)FIELD(b, blk_q8_k, qs);
-    for (int j = 0; j < QK_K; j++) y[j] = d * qs[j];
+    const int8_t *qs = (const int8_t *)FIELD(b, td_blk_q8_k, qs);
+    for (int j = 0; j < TD_QK_K; j++) y[j] = d * qs[j];
 }
 
 static void dec_tq2_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_tq2_0, d));
-    const uint8_t *qs = FIELD(b, blk_tq2_0, qs);
+    double d = rd_f16(FIELD(b, td_blk_tq2_0, d));
+    const uint8_t *qs = FIELD(b, td_blk_tq2_0, qs);
     for (int c = 0; c < 2; c++)
         for (int s = 0; s < 4; s++)
             for (int m = 0; m < 32; m++) y[128 * c + 32 * s + m] = d * (((qs[32 * c + m] >> (2 * s)) & 3) - 1);
@@ -536,9 +403,9 @@ static inline int trit(uint8_t b, int n) {
 }
 
 static void dec_tq1_0(const uint8_t *b, double *y) {
-    double d = rd_f16(FIELD(b, blk_tq1_0, d));
-    const uint8_t *qs = FIELD(b, blk_tq1_0, qs);
-    const uint8_t *qh = FIELD(b, blk_tq1_0, qh);
+    double d = rd_f16(FIELD(b, td_blk_tq1_0, d));
+    const uint8_t *qs = FIELD(b, td_blk_tq1_0, qs);
+    const uint8_t *qh = FIELD(b, td_blk_tq1_0, qh);
     for (int n = 0; n < 5; n++)
         for (int m = 0; m < 32; m++) y[32 * n + m] = d * (trit(qs[m], n) - 1);
     for (int n = 0; n < 5; n++)
@@ -570,6 +437,14 @@ static block_dec_fn block_decoder(int type_id) {
     case TD_TYPE_Q8_K: return dec_q8_k;
     case TD_TYPE_TQ1_0: return dec_tq1_0;
     case TD_TYPE_TQ2_0: return dec_tq2_0;
+    case TD_TYPE_IQ2_XXS: return td_blk_dec_iq2_xxs;
+    case TD_TYPE_IQ2_XS: return td_blk_dec_iq2_xs;
+    case TD_TYPE_IQ2_S: return td_blk_dec_iq2_s;
+    case TD_TYPE_IQ3_XXS: return td_blk_dec_iq3_xxs;
+    case TD_TYPE_IQ3_S: return td_blk_dec_iq3_s;
+    case TD_TYPE_IQ1_S: return td_blk_dec_iq1_s;
+    case TD_TYPE_IQ1_M: return td_blk_dec_iq1_m;
+    case TD_TYPE_NVFP4: return td_blk_dec_nvfp4;
     default: return NULL;
     }
 }
@@ -654,8 +529,8 @@ int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_er
      * by construction (float) of the f64 row */
     block_dec_fn fn = block_decoder(type_id);
     TD_ASSERT(fn);
-    double y[QK_K]; /* the largest block */
-    TD_ASSERT(t->block_size <= QK_K);
+    double y[TD_QK_K]; /* the largest block */
+    TD_ASSERT(t->block_size <= TD_QK_K);
     int64_t nb = n / t->block_size;
     for (int64_t i = 0; i < nb; i++) {
         fn(p + i * t->block_bytes, y);

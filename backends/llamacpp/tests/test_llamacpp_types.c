@@ -129,3 +129,156 @@ Test(llamacpp_types, decoders_match_ggml_bitwise) {
     cr_assert_geq(n_types, 20, "only %d decodable types", n_types);
 #endif
 }
+
+/* ------------------------------------------------------------------------ */
+/* The grid types and NVFP4 on crafted blocks: every grid index, every sign
+ * index or mask, every scale code and both shift signs appear at least once,
+ * each in a block whose other bytes are random (so every field is exercised
+ * against every other). The crafting writes fields by the layouts of
+ * ../shared/spec/quants.md §3 and §7; ggml decodes them, we decode them,
+ * and the two must agree bit for bit. Since the super-scale is random f16
+ * bits too, a wrong grid entry, sign or scale cannot hide. */
+
+#ifdef TD_HAVE_LLAMACPP
+static void put_u16(uint8_t *p, uint16_t v) { memcpy(p, &v, 2); }
+static uint16_t get_u16(const uint8_t *p) { uint16_t v; memcpy(&v, p, 2); return v; }
+static uint32_t get_u32(const uint8_t *p) { uint32_t v; memcpy(&v, p, 4); return v; }
+static void put_u32(uint8_t *p, uint32_t v) { memcpy(p, &v, 4); }
+
+/* a finite, normal f16 super-scale of either sign: keeps the sweep free of
+ * NaN so that every value is compared by its bits */
+static uint16_t finite_f16(void) {
+    uint16_t h = (uint16_t)(rng_next() >> 48);
+    int e = (h >> 10) & 0x1F;
+    if (e == 0x1F || e == 0) h = (uint16_t)((h & 0x83FF) | (15u << 10));
+    return h;
+}
+
+/* sweep item i of the crafting for group g of a block: index i, sign i, scale i */
+static void craft_group(int t, uint8_t *b, int g, int i) {
+    int sb = g / 4, l = g % 4;
+    switch (t) {
+    case TD_TYPE_IQ2_XXS: { /* d, then per sub-block 4 index bytes + u32 (4 x 7-bit signs, scale) */
+        uint8_t *q = b + 2 + 8 * sb;
+        q[l] = (uint8_t)(i & 255);
+        uint32_t w = get_u32(q + 4);
+        w = (w & ~(127u << (7 * l))) | ((uint32_t)(i & 127) << (7 * l));
+        if (l == 0) w = (w & 0x0FFFFFFFu) | ((uint32_t)(i & 15) << 28);
+        put_u32(q + 4, w);
+        break;
+    }
+    case TD_TYPE_IQ2_XS: /* u16 = 9-bit index | 7-bit sign index << 9 */
+        put_u16(b + 2 + 2 * g, (uint16_t)((i & 511) | ((i % 128) << 9)));
+        if (l == 0) b[66 + sb] = (uint8_t)(i & 255);
+        break;
+    case TD_TYPE_IQ2_S: /* qs low index, signs, qh 2 bits per group, scales */
+        b[2 + g] = (uint8_t)(i & 255);
+        b[34 + g] = (uint8_t)((i * 7) & 255);
+        b[66 + sb] = (uint8_t)((b[66 + sb] & ~(3 << (2 * l))) | (((i >> 8) & 3) << (2 * l)));
+        if (l == 0) b[74 + sb] = (uint8_t)(i & 255);
+        break;
+    case TD_TYPE_IQ3_XXS: { /* 2 index bytes per group, then per sub-block u32 */
+        b[2 + 2 * g] = (uint8_t)(i & 255);
+        b[2 + 2 * g + 1] = (uint8_t)((i * 5 + 3) & 255);
+        uint8_t *p = b + 66 + 4 * sb;
+        uint32_t w = get_u32(p);
+        w = (w & ~(127u << (7 * l))) | ((uint32_t)(i & 127) << (7 * l));
+        if (l == 0) w = (w & 0x0FFFFFFFu) | ((uint32_t)(i & 15) << 28);
+        put_u32(p, w);
+        break;
+    }
+    case TD_TYPE_IQ3_S: { /* qs[64], qh[8], signs[32], scales[4] */
+        int i1 = i & 511, i2 = (i * 5 + 7) & 511;
+        b[2 + 2 * g] = (uint8_t)(i1 & 255);
+        b[2 + 2 * g + 1] = (uint8_t)(i2 & 255);
+        uint8_t qh = b[66 + sb];
+        qh = (uint8_t)((qh & ~(3 << (2 * l))) | ((i1 >> 8) << (2 * l)) | ((i2 >> 8) << (2 * l + 1)));
+        b[66 + sb] = qh;
+        b[74 + g] = (uint8_t)(i & 255);
+        if (l == 0) b[106 + sb / 2] = (uint8_t)((b[106 + sb / 2] & (sb % 2 ? 0x0F : 0xF0)) | ((i & 15) << (4 * (sb % 2))));
+        break;
+    }
+    case TD_TYPE_IQ1_S: { /* qs[32], qh[8] u16: 3 index bits per group, scale, shift sign */
+        b[2 + g] = (uint8_t)(i & 255);
+        uint16_t qh = get_u16(b + 34 + 2 * sb);
+        qh = (uint16_t)((qh & ~(7u << (3 * l))) | (((i >> 8) & 7) << (3 * l)));
+        if (l == 0) qh = (uint16_t)((qh & 0x0FFF) | ((i & 15) << 12));
+        put_u16(b + 34 + 2 * sb, qh);
+        break;
+    }
+    case TD_TYPE_IQ1_M: { /* qs[32], qh[16] nibble per group, scales (3-bit codes; super-scale kept) */
+        b[g] = (uint8_t)(i & 255);
+        uint8_t *h = b + 32 + g / 2;
+        int nib = ((i >> 8) & 7) | ((i & 1) << 3);
+        *h = (uint8_t)((*h & (g % 2 ? 0x0F : 0xF0)) | (nib << (4 * (g % 2))));
+        if (l % 2 == 0) {
+            uint8_t *s = b + 48 + 2 * (g / 8);
+            uint16_t w = get_u16(s);
+            int sh = 6 * (sb % 2) + 3 * (l / 2);
+            w = (uint16_t)((w & ~(7u << sh)) | ((i & 7) << sh));
+            put_u16(s, w);
+        }
+        break;
+    }
+    case TD_TYPE_NVFP4: /* "group" g = 16-value sub-block: its UE4M3 scale, then 8 code bytes */
+        b[g] = (uint8_t)(i & 255);
+        for (int j = 0; j < 8; j++) {
+            int c = (i + j) & 15;
+            b[4 + 8 * g + j] = (uint8_t)(c | (15 - c) << 4);
+        }
+        break;
+    default: cr_assert_fail("no crafting for type %d", t);
+    }
+}
+
+static void check_bitwise(int t, const uint8_t *src, int64_t n, const char *what) {
+    const td_type_info *ti = td_type_get(t);
+    float *ours = malloc((size_t)n * sizeof *ours), *theirs = malloc((size_t)n * sizeof *theirs);
+    td_err err = {{0}};
+    cr_assert_eq(td_decode_row_f32(t, src, ours, n, &err), TD_OK, "%s: %s", ti->name, err.msg);
+    ggml_get_type_traits((enum ggml_type)t)->to_float(src, theirs, n);
+    for (int64_t i = 0; i < n; i++) {
+        if (!same_value(ours[i], theirs[i])) {
+            const int64_t b = i / ti->block_size;
+            char hex[3 * 110 + 1] = {0};
+            for (int64_t k = 0; k < ti->block_bytes; k++) snprintf(hex + 3 * k, 4, "%02x ", src[b * ti->block_bytes + k]);
+            cr_assert_fail("%s %s value %lld: tapdiff %a, ggml %a; block %lld: %s", ti->name, what, (long long)i,
+                           (double)ours[i], (double)theirs[i], (long long)b, hex);
+        }
+    }
+    free(ours);
+    free(theirs);
+}
+#endif
+
+Test(llamacpp_types, grid_types_every_index_sign_and_scale_match_ggml) {
+#ifndef TD_HAVE_LLAMACPP
+    cr_skip_test("llama.cpp peer not built (run ci/fetch-llamacpp.sh, then meson setup --reconfigure)");
+#else
+    /* sweep length per type: the largest of its index space, sign space, scale space */
+    static const struct { int type; int sweep; int groups; } k_sweep[] = {
+        {TD_TYPE_IQ2_XXS, 256, 32}, {TD_TYPE_IQ2_XS, 512, 32}, {TD_TYPE_IQ2_S, 1024, 32},
+        {TD_TYPE_IQ3_XXS, 256, 32}, {TD_TYPE_IQ3_S, 512, 32},  {TD_TYPE_IQ1_S, 2048, 32},
+        {TD_TYPE_IQ1_M, 2048, 32},  {TD_TYPE_NVFP4, 256, 4},
+    };
+    for (size_t k = 0; k < sizeof k_sweep / sizeof k_sweep[0]; k++) {
+        const int t = k_sweep[k].type;
+        const td_type_info *ti = td_type_get(t);
+        cr_assert(ti && ti->can_decode, "type %d has no decoder", t);
+        /* each sweep item once as group g = item mod groups: blocks = sweep / groups, twice over
+         * with different random surroundings */
+        const int nb = 2 * k_sweep[k].sweep / k_sweep[k].groups;
+        uint8_t *src = malloc((size_t)nb * (size_t)ti->block_bytes);
+        fill_random(src, (size_t)nb * (size_t)ti->block_bytes);
+        for (int bk = 0; bk < nb; bk++) {
+            uint8_t *b = src + (size_t)bk * (size_t)ti->block_bytes;
+            if (t != TD_TYPE_NVFP4 && t != TD_TYPE_IQ1_M) put_u16(b, finite_f16());
+            for (int g = 0; g < k_sweep[k].groups; g++)
+                craft_group(t, b, g, (bk * k_sweep[k].groups + g) % k_sweep[k].sweep);
+        }
+        check_bitwise(t, src, (int64_t)nb * ti->block_size, "crafted sweep");
+        cr_log_info("%-8s %d crafted blocks agree bitwise", ti->name, nb);
+        free(src);
+    }
+#endif
+}
