@@ -144,7 +144,9 @@ Test(types, table_matches_gguf_section5) {
 Test(types, can_decode_flags) {
     static const int must[] = {TD_TYPE_F32,  TD_TYPE_F16,  TD_TYPE_BF16, TD_TYPE_F64,  TD_TYPE_Q4_0,
                                TD_TYPE_Q4_1, TD_TYPE_Q5_0, TD_TYPE_Q5_1, TD_TYPE_Q8_0, TD_TYPE_Q2_K,
-                               TD_TYPE_Q3_K, TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K};
+                               TD_TYPE_Q3_K, TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K,
+                               TD_TYPE_IQ2_XXS, TD_TYPE_IQ2_XS, TD_TYPE_IQ2_S, TD_TYPE_IQ3_XXS, TD_TYPE_IQ3_S,
+                               TD_TYPE_IQ1_S, TD_TYPE_IQ1_M, TD_TYPE_NVFP4};
     for (size_t i = 0; i < sizeof must / sizeof must[0]; i++)
         cr_assert_eq(td_type_get(must[i])->can_decode, 1, "%s must decode", td_type_name(must[i]));
     static const int never[] = {TD_TYPE_I8, TD_TYPE_I16, TD_TYPE_I32, TD_TYPE_I64, TD_TYPE_Q8_1};
@@ -917,7 +919,7 @@ Test(types, decode_errors) {
     double y[256];
     float yf[256];
     uint8_t blk[512] = {0};
-    const int nodec[] = {TD_TYPE_Q8_1, TD_TYPE_IQ2_XXS, TD_TYPE_IQ1_M, TD_TYPE_I32, TD_TYPE_I8, TD_TYPE_NVFP4};
+    const int nodec[] = {TD_TYPE_Q8_1, TD_TYPE_I16, TD_TYPE_I64, TD_TYPE_I32, TD_TYPE_I8};
     for (size_t i = 0; i < sizeof nodec / sizeof nodec[0]; i++) {
         err.msg[0] = 0;
         cr_assert_eq(td_decode_row_f64(nodec[i], blk, y, 256, &err), TD_EINPUT, "%s", td_type_name(nodec[i]));
@@ -935,4 +937,138 @@ Test(types, decode_errors) {
     cr_assert_eq(td_decode_row_f64(TD_TYPE_Q4_0, NULL, NULL, 0, &err), TD_OK, "an empty row is fine");
     cr_assert_eq(td_decode_row_f64(TD_TYPE_Q4_0, blk, y, 64, NULL), TD_OK, "err may be NULL");
     cr_assert_eq(td_decode_row_f64(TD_TYPE_Q1_0, blk, y, 64, NULL), TD_EINPUT, "err may be NULL on failure too");
+}
+
+/* ------------------------------------------------------------------------ */
+/* Grid types and NVFP4, hand-assembled. Each block is zero but for the
+ * fields named; the expected values are worked out here from the layout
+ * (quants.md §7, docs/quants-iq.md) and these grid entries (model/iq_grids.c):
+ *   iq2xxs[0] = 8 x 8, [1] = {43,8,8,8,8,8,8,8}, [255] = {8,25,8,8,25,43,43,43}
+ *   iq2xs[256] = {43,25,8,8,8,8,8,25}, [511] = 8 x 43
+ *   iq2s[512] = {25,25,43,8,25,8,8,25}, [768] = {8,43,8,25,8,8,43,25}, [1023] = 8 x 43
+ *   iq3xxs[0] = {4,4,4,4}, [255] = {4,28,52,62};  iq3s[0] = {1,1,1,1},
+ *   [256] = {7,5,9,5}, [511] = {1,1,15,15}
+ *   iq1s[0] = 8 x -1, [256] = {-1,0,1,0,1,-1,0,-1}, [1024] = {0,1,-1,0,0,0,0,0}, [2047] = 8 x 1
+ *   ksigns[1] = 0x81, ksigns[3] = 0x03 (7 bits + even parity in bit 7) */
+
+#define H_ONE 0x3C00
+
+Test(types, iq2_xxs_hand_assembled) {
+    uint8_t b[66] = {0};
+    put16(b, H_ONE);
+    b[2] = 1, b[3] = 255;                              /* sub-block 0: groups 0, 1 -> entries 1, 255 */
+    put32(b + 6, 3u | 1u << 7 | 3u << 28);             /* signs idx 3 and 1, scale 3: db = 3.5/4 */
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 0, -0.875 * 43); /* bit 0 of 0x03 */
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 1, -0.875 * 8);  /* bit 1 */
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 2, 0.875 * 8);
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 8, -0.875 * 8);  /* group 1, bit 0 of 0x81 */
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 9, 0.875 * 25);
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 15, -0.875 * 43); /* the parity bit */
+    EXPECT_AT(TD_TYPE_IQ2_XXS, b, 256, 32, 1.0);          /* sub-block 1: entry 0, scale 0: 8 * 0.5/4 */
+}
+
+Test(types, iq2_xs_hand_assembled) {
+    uint8_t b[74] = {0};
+    put16(b, H_ONE);
+    put16(b + 2, 256 | 1 << 9); /* group 0: entry 256, signs idx 1 (0x81) */
+    put16(b + 6, 511);          /* group 2: entry 511 */
+    b[66] = 0x21;               /* groups 0-1: (0.5+1)/4, groups 2-3: (0.5+2)/4 */
+    EXPECT_AT(TD_TYPE_IQ2_XS, b, 256, 0, -0.375 * 43);
+    EXPECT_AT(TD_TYPE_IQ2_XS, b, 256, 1, 0.375 * 25);
+    EXPECT_AT(TD_TYPE_IQ2_XS, b, 256, 7, -0.375 * 25);
+    EXPECT_AT(TD_TYPE_IQ2_XS, b, 256, 16, 0.625 * 43);
+    EXPECT_AT(TD_TYPE_IQ2_XS, b, 256, 32, 1.0 / 8 * 8);
+}
+
+Test(types, iq2_s_hand_assembled) {
+    uint8_t b[82] = {0};
+    put16(b, H_ONE);
+    b[2 + 3] = 255;                    /* group 3 low index bits */
+    b[34] = 0x02;                      /* group 0 sign mask: element 1 negated */
+    b[66] = 3 | 2 << 2 | 3 << 6;       /* index bits 8-9: group 0 -> 768, 1 -> 512, 3 -> 1023 */
+    b[74] = 0x10;                      /* groups 0-1: 0.5/4, groups 2-3: 1.5/4 */
+    EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 0, 1.0);
+    EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 1, -0.125 * 43);
+    EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 3, 0.125 * 25);
+    EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 8, 0.125 * 25);
+    EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 10, 0.125 * 43);
+    EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 24, 0.375 * 43);
+}
+
+Test(types, iq3_xxs_hand_assembled) {
+    uint8_t b[98] = {0};
+    put16(b, H_ONE);
+    b[2] = 255;                  /* group 0, first 4 values: entry 255; second: entry 0 */
+    put32(b + 66, 3u | 1u << 28); /* signs idx 3 (0x03), scale 1: db = 1.5/2 */
+    EXPECT_AT(TD_TYPE_IQ3_XXS, b, 256, 0, -0.75 * 4);
+    EXPECT_AT(TD_TYPE_IQ3_XXS, b, 256, 1, -0.75 * 28);
+    EXPECT_AT(TD_TYPE_IQ3_XXS, b, 256, 2, 0.75 * 52);
+    EXPECT_AT(TD_TYPE_IQ3_XXS, b, 256, 3, 0.75 * 62);
+    EXPECT_AT(TD_TYPE_IQ3_XXS, b, 256, 4, 0.75 * 4);
+    EXPECT_AT(TD_TYPE_IQ3_XXS, b, 256, 32, 0.25 * 4); /* sub-block 1: scale 0 -> 0.5/2 */
+}
+
+Test(types, iq3_s_hand_assembled) {
+    uint8_t b[110] = {0};
+    put16(b, H_ONE);
+    b[3] = 255;          /* group 0 second entry: low bits 255 */
+    b[66] = 0x03;        /* 9th bits: first entry 0 -> 256, second 255 -> 511 */
+    b[74] = 0x81;        /* group 0 signs: elements 0 and 7 */
+    b[106] = 0x32;       /* sub-block 0: 1 + 2*2 = 5, sub-block 1: 1 + 2*3 = 7 */
+    EXPECT_AT(TD_TYPE_IQ3_S, b, 256, 0, -35.0);
+    EXPECT_AT(TD_TYPE_IQ3_S, b, 256, 1, 25.0);
+    EXPECT_AT(TD_TYPE_IQ3_S, b, 256, 4, 5.0);
+    EXPECT_AT(TD_TYPE_IQ3_S, b, 256, 6, 75.0);
+    EXPECT_AT(TD_TYPE_IQ3_S, b, 256, 7, -75.0);
+    EXPECT_AT(TD_TYPE_IQ3_S, b, 256, 32, 7.0);
+}
+
+Test(types, iq1_s_hand_assembled) {
+    uint8_t b[50] = {0};
+    put16(b, H_ONE);
+    b[2 + 3] = 255;                                     /* group 3 low bits */
+    put16(b + 34, 1 | 7 << 9 | 2 << 12 | 0x8000);       /* group 0 -> 256, group 3 -> 2047; s = 2; shift -1/8 */
+    EXPECT_AT(TD_TYPE_IQ1_S, b, 256, 0, 5 * -1.125);
+    EXPECT_AT(TD_TYPE_IQ1_S, b, 256, 1, 5 * -0.125);
+    EXPECT_AT(TD_TYPE_IQ1_S, b, 256, 2, 5 * 0.875);
+    EXPECT_AT(TD_TYPE_IQ1_S, b, 256, 24, 5 * 0.875);
+    EXPECT_AT(TD_TYPE_IQ1_S, b, 256, 32, -0.875); /* sub-block 1: entry 0, s = 0, shift +1/8 */
+}
+
+Test(types, iq1_m_hand_assembled) {
+    uint8_t b[56] = {0};
+    b[1] = 255;              /* group 1 low bits */
+    b[32] = 0x1 | 0x8 | 0x70; /* group 0: bits 8-10 = 1 (-> 256), shift negative; group 1: 7 (-> 2047) */
+    b[33] = 0x04;            /* group 2: bits 8-10 = 4 (-> 1024) */
+    /* f16 1.0 = 0x3C00 split over the top nibbles of the 4 scale words, lowest first;
+       word 0 also holds the 3-bit scales 1 (groups 0-1: 3) and 2 (groups 2-3: 5) */
+    put16(b + 48, 0x0011);
+    put16(b + 50, 0x0000);
+    put16(b + 52, 0xC000);
+    put16(b + 54, 0x3000);
+    EXPECT_AT(TD_TYPE_IQ1_M, b, 256, 0, 3 * -1.125);
+    EXPECT_AT(TD_TYPE_IQ1_M, b, 256, 2, 3 * 0.875);
+    EXPECT_AT(TD_TYPE_IQ1_M, b, 256, 8, 3 * 1.125);
+    EXPECT_AT(TD_TYPE_IQ1_M, b, 256, 16, 5 * 0.125);
+    EXPECT_AT(TD_TYPE_IQ1_M, b, 256, 17, 5 * 1.125);
+    EXPECT_AT(TD_TYPE_IQ1_M, b, 256, 18, 5 * -0.875);
+}
+
+Test(types, nvfp4_hand_assembled) {
+    uint8_t b[36] = {0};
+    b[0] = 0x38;  /* UE4M3 E=7 M=0: 1.0 */
+    b[1] = 0x01;  /* E=0 M=1: 2^-9 (subnormal) */
+    b[2] = 0x7F;  /* decodes to 0 */
+    b[3] = 0xFF;  /* bit 7 ignored: E=15 M=7: 1.875 * 2^8 = 480 */
+    b[4] = 0xF7;  /* codes 7 (+6) and 15 (-6) */
+    b[12] = 0x11; /* code 1: +0.5 */
+    b[20] = 0x77;
+    b[28] = 0x09; /* code 9: -0.5; code 0 */
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 0, 6.0);
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 8, -6.0);
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 16, 0x1p-10);
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 24, 0x1p-10);
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 32, 0.0);
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 48, -240.0);
+    EXPECT_AT(TD_TYPE_NVFP4, b, 64, 56, 0.0);
 }
