@@ -146,6 +146,14 @@ CONFORMANCE("qwen3moe-q6_k", qwen3moe_q6_k)
 CONFORMANCE("qwen3-dense", qwen3_dense)
 CONFORMANCE("qwen3moe-copies", qwen3moe_copies)
 CONFORMANCE("qwen3moe-ties", qwen3moe_ties)
+CONFORMANCE("llama-iq2_xxs", llama_iq2_xxs)
+CONFORMANCE("llama-iq3_s", llama_iq3_s)
+CONFORMANCE("llama-iq1_s", llama_iq1_s)
+CONFORMANCE("llama-nvfp4", llama_nvfp4)
+CONFORMANCE("qwen3moe-iq2_xxs", qwen3moe_iq2_xxs)
+CONFORMANCE("qwen3moe-iq3_s", qwen3moe_iq3_s)
+CONFORMANCE("qwen3moe-iq1_s", qwen3moe_iq1_s)
+CONFORMANCE("qwen3moe-nvfp4", qwen3moe_nvfp4)
 
 /* act-q8: every 8-bit format (Q8_0 inputs of Q8_0 weights, Q8_K of K-quants),
  * dense and MoE; the control ref32 rounds its matmul inputs the same way, so
@@ -154,13 +162,17 @@ Test(cpu_conformance, act_q8_llama_q4_k, .timeout = 120) { conformance_profile("
 Test(cpu_conformance, act_q8_qwen3_q4_k, .timeout = 120) { conformance_profile("qwen3-q4_k", "act-q8"); }
 Test(cpu_conformance, act_q8_qwen3moe_q6_k, .timeout = 120) { conformance_profile("qwen3moe-q6_k", "act-q8"); }
 Test(cpu_conformance, act_q8_qwen3moe_ties, .timeout = 120) { conformance_profile("qwen3moe-ties", "act-q8"); }
+Test(cpu_conformance, act_q8_qwen3moe_iq1_s, .timeout = 120) { conformance_profile("qwen3moe-iq1_s", "act-q8"); }
+Test(cpu_conformance, act_q8_llama_nvfp4, .timeout = 120) { conformance_profile("llama-nvfp4", "act-q8"); }
 
 /* Every fixture the fixtures library knows is covered above. */
 Test(cpu_conformance, every_fixture_is_listed) {
     static const char *const listed[] = {"llama-f32",     "llama-q8_0",    "llama-q4_k",    "llama-q6_k",
                                          "qwen3-f32",     "qwen3-q8_0",    "qwen3-q4_k",    "qwen3-q6_k",
                                          "qwen3moe-f32",  "qwen3moe-q8_0", "qwen3moe-q4_k", "qwen3moe-q6_k",
-                                         "qwen3-dense",   "qwen3moe-copies", "qwen3moe-ties"};
+                                         "qwen3-dense",   "qwen3moe-copies", "qwen3moe-ties",
+                                         "llama-iq2_xxs", "llama-iq3_s",   "llama-iq1_s",   "llama-nvfp4",
+                                         "qwen3moe-iq2_xxs", "qwen3moe-iq3_s", "qwen3moe-iq1_s", "qwen3moe-nvfp4"};
     for (size_t i = 0; i < td_fixture_count(); i++) {
         int found = 0;
         for (size_t j = 0; j < sizeof listed / sizeof listed[0]; j++) found |= !strcmp(listed[j], td_fixture_at(i)->name);

@@ -88,7 +88,7 @@ static double rel_l2(const double *a, const double *b, int64_t n) {
 }
 
 static int is_f32_fixture(const char *name) {
-    return !strstr(name, "-q");
+    return !strstr(name, "-q") && !strstr(name, "-iq") && !strstr(name, "-nvfp4");
 }
 
 /* Runs `backend` over prompt + n_steps decode steps pinned to `pinned`,
