@@ -573,6 +573,26 @@ static void expect_attr(const char *path, const char *key, const char *want) {
  * act-q8 control as noise) explains the flip as a near tie, the control picks
  * the same experts as llama.cpp at every step, and llamacpp vs the control
  * itself is conformant at the f32 floor. */
+/* Against the act-q8 control at the f32 floor, two fixtures part at one
+ * activation block where the 8-bit rounding itself sits on a tie, so f32
+ * noise (2.7e-7) in the matmul input decides it (measured: both arms'
+ * matmul inputs, read from the tap files of this prompt, re-quantized by hand):
+ *  - llama-iq1_s, blk.1.attn_norm row 2, block 2: amax/127 = 0.0211105328
+ *    (control) vs 0.0211105347 (llama.cpp), either side of the midpoint of
+ *    two f16 scales (0.0211029053, 0.0211181641): every code of the block
+ *    moves with it, so blk.1.attn_q differs at that position (rel 1.8e-4);
+ *  - qwen3moe-iq2_xxs, blk.1.ffn_norm row 0, element 13: x*127/amax =
+ *    -40.5000038 (control) vs -40.5000000 (llama.cpp): codes -41 vs -40, so
+ *    blk.1.moe_logits differs at position 0 (rel 9.9e-4).
+ * Both are honest (the same arithmetic on inputs that differ by rounding);
+ * the test pins them to that tap so that any other difference still fails,
+ * and bisect against ref (the budget of ref32-act-q8 vs ref) is conformant. */
+static const char *act_q8_tie(const char *name) {
+    if (!strcmp(name, "llama-iq1_s")) return "first divergent tap: blk.1.attn_q at step 0";
+    if (!strcmp(name, "qwen3moe-iq2_xxs")) return "first divergent tap: blk.1.moe_logits at step 0";
+    return NULL;
+}
+
 Test(llamacpp, bisect_every_fixture_with_profile_matched_control, .init = make_tmpdir, .fini = remove_tmpdir) {
     REQUIRE_PEER();
     const char *exe = getenv("TD_TAPDIFF");
@@ -615,7 +635,12 @@ Test(llamacpp, bisect_every_fixture_with_profile_matched_control, .init = make_t
         // llama.cpp against the same-arithmetic control directly, f32 noise as the budget
         if (!is_f32_fixture(name)) {
             const int sc = compare_to_control(name, name, out, sizeof out);
-            cr_expect_eq(sc, 0, "%s: llamacpp vs ref32(act-q8), budget ref32-vs-ref -> %d:\n%s", name, sc, out);
+            const char *tie = act_q8_tie(name);
+            if (tie) // an exact act-q8 rounding tie: the one place the two 8-bit roundings part
+                cr_expect(sc == 1 && strstr(out, tie), "%s: llamacpp vs ref32(act-q8) should part at the measured "
+                          "tie (%s) -> %d:\n%s", name, tie, sc, out);
+            else
+                cr_expect_eq(sc, 0, "%s: llamacpp vs ref32(act-q8), budget ref32-vs-ref -> %d:\n%s", name, sc, out);
         }
         expect_attr(pb, "profile", "act-q8");
         expect_attr(pc, "profile", "act-q8");
