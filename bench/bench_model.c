@@ -106,6 +106,14 @@ static uint32_t file_type_of(int type) {
     case TD_TYPE_Q5_K: return 16;
     case TD_TYPE_Q6_K: return 18;
     case TD_TYPE_BF16: return 32;
+    case TD_TYPE_IQ2_XXS: return 19;
+    case TD_TYPE_IQ2_XS: return 20;
+    case TD_TYPE_IQ3_XXS: return 23;
+    case TD_TYPE_IQ1_S: return 24;
+    case TD_TYPE_IQ3_S: return 26;
+    case TD_TYPE_IQ2_S: return 28;
+    case TD_TYPE_IQ1_M: return 31;
+    case TD_TYPE_NVFP4: return 39;
     default: return 0;
     }
 }

@@ -675,6 +675,11 @@ static void c_elem_overflow(bb *b, long a) { (void)a; one_tensor(b, 3, (int64_t[
 static void c_elem_overflow2(bb *b, long a) { one_tensor(b, 2, (int64_t[]){1ll << 33, 1ll << a}, TD_TYPE_F32, 0, 64); }
 static void c_byte_overflow(bb *b, long a) { (void)a; one_tensor(b, 1, (int64_t[]){1ll << 62}, TD_TYPE_F32, 0, 64); }
 static void c_type(bb *b, long a) { one_tensor(b, 1, (int64_t[]){256}, (uint32_t)a, 0, 1024); }
+/* a grid type (or NVFP4) tensor one block short of a row: ne[0] = half the block */
+static void c_block_half(bb *b, long a) {
+    const td_type_info *t = td_type_get((int)a);
+    one_tensor(b, 2, (int64_t[]){t->block_size / 2, 2}, (uint32_t)a, 0, 1024);
+}
 static void c_block(bb *b, long a) { one_tensor(b, 2, (int64_t[]){a, 2}, a == 33 ? TD_TYPE_Q8_0 : TD_TYPE_Q4_K, 0, 1024); }
 static void c_first_offset(bb *b, long a) { (void)a; one_tensor(b, 1, (int64_t[]){4}, TD_TYPE_F32, 32, 64); }
 static void c_offset_b(bb *b, long a) { two_tensors(b, (uint64_t)a, 128); }
@@ -770,6 +775,14 @@ static const bad_case k_bad[] = {
     {"type_max_unknown", c_type, 0xffffffffl, "unknown or removed type id 4294967295"},
     {"block_size_q8_0", c_block, 33, "tensor 'w': ne[0] = 33 is not a multiple of the block size 32 of Q8_0"},
     {"block_size_q4_k", c_block, 128, "ne[0] = 128 is not a multiple of the block size 256 of Q4_K"},
+    {"block_size_iq2_xxs", c_block_half, TD_TYPE_IQ2_XXS, "ne[0] = 128 is not a multiple of the block size 256 of IQ2_XXS"},
+    {"block_size_iq2_xs", c_block_half, TD_TYPE_IQ2_XS, "ne[0] = 128 is not a multiple of the block size 256 of IQ2_XS"},
+    {"block_size_iq2_s", c_block_half, TD_TYPE_IQ2_S, "ne[0] = 128 is not a multiple of the block size 256 of IQ2_S"},
+    {"block_size_iq3_xxs", c_block_half, TD_TYPE_IQ3_XXS, "ne[0] = 128 is not a multiple of the block size 256 of IQ3_XXS"},
+    {"block_size_iq3_s", c_block_half, TD_TYPE_IQ3_S, "ne[0] = 128 is not a multiple of the block size 256 of IQ3_S"},
+    {"block_size_iq1_s", c_block_half, TD_TYPE_IQ1_S, "ne[0] = 128 is not a multiple of the block size 256 of IQ1_S"},
+    {"block_size_iq1_m", c_block_half, TD_TYPE_IQ1_M, "ne[0] = 128 is not a multiple of the block size 256 of IQ1_M"},
+    {"block_size_nvfp4", c_block_half, TD_TYPE_NVFP4, "ne[0] = 32 is not a multiple of the block size 64 of NVFP4"},
     {"offset_first_nonzero", c_first_offset, 0, "tensor 'w': expected offset 0, found 32"},
     {"offset_unaligned", c_offset_b, 12, "tensor 'b': expected offset 32, found 12"},
     {"offset_overlap", c_offset_b, 0, "tensor 'b': expected offset 32, found 0"},
