@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "types.h"
 
 static const td_cpu_fault_info catalog[TD_FAULT_COUNT] = {
@@ -48,6 +49,10 @@ static const td_cpu_fault_info catalog[TD_FAULT_COUNT] = {
                                 "layer 1 (layer 0 in a one-layer model) drops the attention residual: "
                                 "ffn_inp = attn_out",
                                 "blk.1.ffn_inp", NULL, 0, "llama-f32, qwen3-f32, qwen3moe-f32"},
+    [TD_FAULT_IQ_SIGN_BIT] = {TD_FAULT_IQ_SIGN_BIT, "iq_sign_bit",
+                              "the IQ2_XXS decoder takes element 0's sign from bit 1 of its group's sign mask",
+                              "blk.0.ffn_out", NULL, 0,
+                              "*-iq2_xxs only: the first product with an IQ2_XXS weight (ffn_down)"},
 };
 
 const td_cpu_fault_info *td_cpu_fault_get(td_cpu_fault f) {
@@ -97,7 +102,33 @@ static void q4k_to_f32_faulty(int type, const void *w, float *dst, int64_t n) {
     }
 }
 
+/* ---- iq_sign_bit ---------------------------------------------------------- */
+
+static void iq2xxs_to_f32_faulty(int type, const void *w, float *dst, int64_t n) {
+    (void)type;
+    const uint8_t *src = w;
+    double y[8];
+    for (int64_t i = 0; i < n / TD_QK_K; i++) {
+        const uint8_t *b = src + i * (int64_t)sizeof(td_blk_iq2_xxs);
+        const double d = td_blk_f16(td_blk_u16(b + offsetof(td_blk_iq2_xxs, d)));
+        for (int g = 0; g < 32; g++) {
+            td_iq_group q = td_iq2_xxs_group(b, g);
+            uint8_t neg = (uint8_t)((q.neg & ~1u) | ((q.neg >> 1) & 1u)); // the bug: bit 1 for element 0
+            td_iq_dec_grid8(d * q.mul / 8, td_iq2xxs_grid[q.idx], neg, y);
+            for (int j = 0; j < 8; j++) dst[i * TD_QK_K + 8 * g + j] = (float)y[j];
+        }
+    }
+}
+
 void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_cpu_fault f) {
+    if (f == TD_FAULT_IQ_SIGN_BIT) {
+        td_cpu_type_ops *op = &k->type[TD_TYPE_IQ2_XXS];
+        op->to_f32 = iq2xxs_to_f32_faulty;
+        op->dot = NULL; // every product decodes the row through the faulty decoder
+        op->dot_q8 = NULL;
+        op->needs_xsum = 0;
+        return;
+    }
     if (f != TD_FAULT_KQUANT_SCALE_BIT) return;
     TD_ASSERT(td_type_get(TD_TYPE_Q4_K)->block_bytes == Q4K_BYTES &&
               td_type_get(TD_TYPE_Q4_K)->block_size == Q4K_VALUES);

@@ -36,6 +36,7 @@ typedef enum td_cpu_fault {
     TD_FAULT_GQA_MAP_MOD,       /* query head h reads KV head h mod Hkv instead of h / (H/Hkv) */
     TD_FAULT_ATTN_SCALE,        /* attention scores scaled by 1/D instead of 1/sqrt(D) */
     TD_FAULT_RESIDUAL_SKIP,     /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
+    TD_FAULT_IQ_SIGN_BIT,       /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
     TD_FAULT_COUNT
 } td_cpu_fault;
 
@@ -64,7 +65,8 @@ const char *td_cpu_fault_expected_tap(td_cpu_fault f, const char *arch);
 
 /* Faults that replace a kernel: kquant_scale_bit swaps the Q4_K decoder for
  * the faulty one (and drops Q4_K's direct dot kernels so every product
- * decodes through it). No-op for the other faults. */
+ * decodes through it); iq_sign_bit does the same for IQ2_XXS. No-op for the
+ * other faults. */
 void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_cpu_fault f);
 
 /* rmsnorm_eps_outside: out (rows, n) = w * x * (1/sqrt(mean(x^2)) + eps).

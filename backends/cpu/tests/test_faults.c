@@ -89,6 +89,8 @@ static const expect k_expect[] = {
     {"kquant_scale_bit", "llama-q4_k", "llama", "blk.0.ffn_out", 0},
     {"kquant_scale_bit", "qwen3-q4_k", "qwen3", "blk.0.attn_out", 0},
     {"kquant_scale_bit", "qwen3moe-q4_k", "qwen3moe", "blk.0.ffn_out", 0},
+    {"iq_sign_bit", "llama-iq2_xxs", "llama", "blk.0.ffn_out", 0},
+    {"iq_sign_bit", "qwen3moe-iq2_xxs", "qwen3moe", "blk.0.ffn_out", 0},
 };
 #define N_EXPECT (sizeof k_expect / sizeof k_expect[0])
 
@@ -203,7 +205,8 @@ Test(faults, bisect_localizes_each_fault_and_clean_cpu_is_conformant, .init = ma
     }
     // green: the unmutated backend on every fixture used above
     static const char *const clean[] = {"llama-f32",     "qwen3-f32",  "qwen3moe-f32", "qwen3moe-ties",
-                                        "llama-q4_k",    "qwen3-q4_k", "qwen3moe-q4_k"};
+                                        "llama-q4_k",    "qwen3-q4_k", "qwen3moe-q4_k",
+                                        "llama-iq2_xxs", "qwen3moe-iq2_xxs"};
     for (size_t i = 0; i < sizeof clean / sizeof clean[0]; i++) {
         found f;
         bisect(clean[i], NULL, &f);
