@@ -110,6 +110,9 @@ void td_cpu_xsum(float *xsum, const float *x, int64_t n);
 void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *q, float *d, float *dsum16,
                          float *dsum32, float *xd);
 
+/* The portable dot kernels of the grid types and NVFP4 (kernels_iq.c). */
+void td_cpu_kernels_init_iq(td_cpu_kernels *k);
+
 /* The ISA-specific table fillers (kernels_avx2.c); only call when supported. */
 void td_cpu_kernels_init_avx2(td_cpu_kernels *k);
 

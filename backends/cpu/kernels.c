@@ -486,6 +486,7 @@ void td_cpu_kernels_init(td_cpu_kernels *k, td_cpu_isa max_isa) {
     k->type[TD_TYPE_Q4_K].dot_q8 = dot_q8_q4_k;
     k->type[TD_TYPE_Q5_K].dot_q8 = dot_q8_q5_k;
     k->type[TD_TYPE_Q6_K].dot_q8 = dot_q8_q6_k;
+    td_cpu_kernels_init_iq(k);
 #if defined(__x86_64__) || defined(__i386__)
     if (max_isa >= TD_CPU_ISA_AVX2 && td_cpu_has_avx2()) td_cpu_kernels_init_avx2(k);
 #else

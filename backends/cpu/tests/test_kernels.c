@@ -51,7 +51,9 @@ static int f16_fields(int type, int off[2]) {
     case TD_TYPE_Q2_K: off[0] = 80, off[1] = 82; return 2;
     case TD_TYPE_Q3_K: off[0] = 108; return 1;
     case TD_TYPE_Q6_K: off[0] = 208; return 1;
-    default: return 0;
+    case TD_TYPE_IQ2_XXS: case TD_TYPE_IQ2_XS: case TD_TYPE_IQ2_S: case TD_TYPE_IQ3_XXS: case TD_TYPE_IQ3_S:
+    case TD_TYPE_IQ1_S: off[0] = 0; return 1;
+    default: return 0; /* IQ1_M: see random_row; NVFP4's UE4M3 scales are always finite */
     }
 }
 
@@ -78,6 +80,12 @@ static uint8_t *random_row(int type, int64_t n, size_t *bytes) {
         for (int64_t b = 0; b < n / ti->block_size; b++)
             for (int f = 0; f < nf; f++)
                 put_f16(w + b * ti->block_bytes + off[f], (float)(ldexp(1.0 + urnd() * 0.5, -4 - (int)(rnd() % 9))));
+        if (type == TD_TYPE_IQ1_M) /* its f16 scale is the top nibbles of the 4 scale words (bytes 49, 51, 53, 55) */
+            for (int64_t b = 0; b < n / ti->block_size; b++) {
+                uint8_t *blk = w + b * ti->block_bytes;
+                const uint16_t h = td_f32_to_f16((float)ldexp(1.0 + urnd() * 0.5, -4 - (int)(rnd() % 9)));
+                for (int k = 0; k < 4; k++) blk[49 + 2 * k] = (uint8_t)((blk[49 + 2 * k] & 0x0F) | ((h >> (4 * k)) & 15) << 4);
+            }
     }
     return w;
 }
@@ -133,7 +141,9 @@ static void print_inputs(const char *what, int type, const uint8_t *w, size_t by
 
 static const int k_dot_types[] = {TD_TYPE_F32,  TD_TYPE_F16,  TD_TYPE_BF16, TD_TYPE_Q8_0, TD_TYPE_Q4_0,
                                   TD_TYPE_Q4_1, TD_TYPE_Q5_0, TD_TYPE_Q5_1, TD_TYPE_Q2_K, TD_TYPE_Q3_K,
-                                  TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K};
+                                  TD_TYPE_Q4_K, TD_TYPE_Q5_K, TD_TYPE_Q6_K, TD_TYPE_IQ2_XXS, TD_TYPE_IQ2_XS,
+                                  TD_TYPE_IQ2_S, TD_TYPE_IQ3_XXS, TD_TYPE_IQ3_S, TD_TYPE_IQ1_S, TD_TYPE_IQ1_M,
+                                  TD_TYPE_NVFP4};
 
 /* Runs every dot kernel of `isa` over random rows; returns the number of
  * kernels checked (0 when the ISA is not available). */
