@@ -6,7 +6,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "cpu_kernels.h"
+
+/* field offsets and block sizes from the one layout header */
+#define OFF(T, f) offsetof(td_blk_##T, f)
+#define SZ(T) sizeof(td_blk_##T)
 
 #define f16 td_f16_to_f32
 #define rd16 td_cpu_rd_u16
@@ -63,11 +68,11 @@ static float dot_q8_0(const void *wv, const float *x, const float *xs, int64_t n
     (void)xs;
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += 32, b += 34, x += 32) {
-        const int8_t *q = (const int8_t *)(b + 2);
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q8_0), x += 32) {
+        const int8_t *q = (const int8_t *)(b + OFF(q8_0, qs));
         float s = 0;
         for (int j = 0; j < 32; j++) s += (float)q[j] * x[j];
-        acc += f16(rd16(b)) * s;
+        acc += f16(rd16(b + OFF(q8_0, d))) * s;
     }
     return acc;
 }
@@ -76,15 +81,15 @@ static float dot_q4_0(const void *wv, const float *x, const float *xs, int64_t n
     (void)xs;
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += 32, b += 18, x += 32) {
-        const uint8_t *q = b + 2;
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q4_0), x += 32) {
+        const uint8_t *q = b + OFF(q4_0, qs);
         float s = 0;
         for (int j = 0; j < 16; j++) {
             // low nibbles are values 0..15, high nibbles values 16..31
             s += (float)((q[j] & 15) - 8) * x[j];
             s += (float)((q[j] >> 4) - 8) * x[j + 16];
         }
-        acc += f16(rd16(b)) * s;
+        acc += f16(rd16(b + OFF(q4_0, d))) * s;
     }
     return acc;
 }
@@ -92,12 +97,12 @@ static float dot_q4_0(const void *wv, const float *x, const float *xs, int64_t n
 static float dot_q4_1(const void *wv, const float *x, const float *xs, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += 32, b += 20, x += 32, xs++) {
-        const uint8_t *q = b + 4;
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q4_1), x += 32, xs++) {
+        const uint8_t *q = b + OFF(q4_1, qs);
         float s = 0;
         for (int j = 0; j < 16; j++) s += (float)(q[j] & 15) * x[j] + (float)(q[j] >> 4) * x[j + 16];
         // y = d q + m: the offset contributes m * sum(x)
-        acc += f16(rd16(b)) * s + f16(rd16(b + 2)) * xs[0];
+        acc += f16(rd16(b + OFF(q4_1, d))) * s + f16(rd16(b + OFF(q4_1, m))) * xs[0];
     }
     return acc;
 }
@@ -110,16 +115,16 @@ static float dot_q5_0(const void *wv, const float *x, const float *xs, int64_t n
     (void)xs;
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += 32, b += 22, x += 32) {
-        const uint32_t qh = rd_u32(b + 2);
-        const uint8_t *q = b + 6;
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q5_0), x += 32) {
+        const uint32_t qh = rd_u32(b + OFF(q5_0, qh));
+        const uint8_t *q = b + OFF(q5_0, qs);
         float s = 0;
         for (int j = 0; j < 16; j++) {
             const int lo = (q[j] & 15) | (int)((qh >> j) & 1) << 4;
             const int hi = (q[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             s += (float)(lo - 16) * x[j] + (float)(hi - 16) * x[j + 16];
         }
-        acc += f16(rd16(b)) * s;
+        acc += f16(rd16(b + OFF(q5_0, d))) * s;
     }
     return acc;
 }
@@ -127,16 +132,16 @@ static float dot_q5_0(const void *wv, const float *x, const float *xs, int64_t n
 static float dot_q5_1(const void *wv, const float *x, const float *xs, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += 32, b += 24, x += 32, xs++) {
-        const uint32_t qh = rd_u32(b + 4);
-        const uint8_t *q = b + 8;
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q5_1), x += 32, xs++) {
+        const uint32_t qh = rd_u32(b + OFF(q5_1, qh));
+        const uint8_t *q = b + OFF(q5_1, qs);
         float s = 0;
         for (int j = 0; j < 16; j++) {
             const int lo = (q[j] & 15) | (int)((qh >> j) & 1) << 4;
             const int hi = (q[j] >> 4) | (int)((qh >> (j + 16)) & 1) << 4;
             s += (float)lo * x[j] + (float)hi * x[j + 16];
         }
-        acc += f16(rd16(b)) * s + f16(rd16(b + 2)) * xs[0];
+        acc += f16(rd16(b + OFF(q5_1, d))) * s + f16(rd16(b + OFF(q5_1, m))) * xs[0];
     }
     return acc;
 }
@@ -149,9 +154,9 @@ static float dot_q2_k(const void *wv, const float *x, const float *xs, int64_t n
     (void)xs;
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 84, x += TD_QK_K) {
-        const uint8_t *sc = b, *qs = b + 16;
-        const float d = f16(rd16(b + 80)), dmin = f16(rd16(b + 82));
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q2_k), x += TD_QK_K) {
+        const uint8_t *sc = b + OFF(q2_k, scales), *qs = b + OFF(q2_k, qs);
+        const float d = f16(rd16(b + OFF(q2_k, d))), dmin = f16(rd16(b + OFF(q2_k, dmin)));
         float sum = 0, msum = 0;
         for (int h = 0; h < 2; h++)
             for (int j = 0; j < 4; j++)
@@ -176,8 +181,8 @@ static float dot_q3_k(const void *wv, const float *x, const float *xs, int64_t n
     (void)xs;
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 110, x += TD_QK_K) {
-        const uint8_t *hm = b, *qs = b + 32, *sc = b + 96;
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q3_k), x += TD_QK_K) {
+        const uint8_t *hm = b + OFF(q3_k, hmask), *qs = b + OFF(q3_k, qs), *sc = b + OFF(q3_k, scales);
         int S[16];
         for (int s = 0; s < 16; s++) {
             const int low4 = s < 8 ? sc[s] & 15 : sc[s - 8] >> 4;
@@ -197,7 +202,7 @@ static float dot_q3_k(const void *wv, const float *x, const float *xs, int64_t n
                     }
                     sum += (float)S[8 * h + 2 * j + k] * sq;
                 }
-        acc += f16(rd16(b + 108)) * sum;
+        acc += f16(rd16(b + OFF(q3_k, d))) * sum;
     }
     return acc;
 }
@@ -205,11 +210,11 @@ static float dot_q3_k(const void *wv, const float *x, const float *xs, int64_t n
 static float dot_q4_k(const void *wv, const float *x, const float *xs, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 144, x += TD_QK_K, xs += 8) {
-        const float d = f16(rd16(b)), dmin = f16(rd16(b + 2));
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q4_k), x += TD_QK_K, xs += 8) {
+        const float d = f16(rd16(b + OFF(q4_k, d))), dmin = f16(rd16(b + OFF(q4_k, dmin)));
         uint8_t sc[8], mn[8];
-        td_cpu_kq_scales(b + 4, sc, mn);
-        const uint8_t *qs = b + 16;
+        td_cpu_kq_scales(b + OFF(q4_k, scales), sc, mn);
+        const uint8_t *qs = b + OFF(q4_k, qs);
         float sum = 0, msum = 0;
         for (int c = 0; c < 4; c++) {
             float s0 = 0, s1 = 0;
@@ -228,11 +233,11 @@ static float dot_q4_k(const void *wv, const float *x, const float *xs, int64_t n
 static float dot_q5_k(const void *wv, const float *x, const float *xs, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 176, x += TD_QK_K, xs += 8) {
-        const float d = f16(rd16(b)), dmin = f16(rd16(b + 2));
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q5_k), x += TD_QK_K, xs += 8) {
+        const float d = f16(rd16(b + OFF(q5_k, d))), dmin = f16(rd16(b + OFF(q5_k, dmin)));
         uint8_t sc[8], mn[8];
-        td_cpu_kq_scales(b + 4, sc, mn);
-        const uint8_t *qh = b + 16, *qs = b + 48;
+        td_cpu_kq_scales(b + OFF(q5_k, scales), sc, mn);
+        const uint8_t *qh = b + OFF(q5_k, qh), *qs = b + OFF(q5_k, qs);
         float sum = 0, msum = 0;
         for (int c = 0; c < 4; c++) {
             float s0 = 0, s1 = 0;
@@ -254,11 +259,11 @@ static float dot_q6_k(const void *wv, const float *x, const float *xs, int64_t n
     (void)xs;
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 210, x += TD_QK_K) {
-        const int8_t *S0 = (const int8_t *)(b + 192);
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q6_k), x += TD_QK_K) {
+        const int8_t *S0 = (const int8_t *)(b + OFF(q6_k, scales));
         float sum = 0;
         for (int h = 0; h < 2; h++) {
-            const uint8_t *L = b + 64 * h, *H = b + 128 + 32 * h;
+            const uint8_t *L = b + OFF(q6_k, ql) + 64 * h, *H = b + OFF(q6_k, qh) + 32 * h;
             const int8_t *S = S0 + 8 * h;
             const float *xx = x + 128 * h;
             for (int t = 0; t < 2; t++) { // 16 values share a scale
@@ -272,7 +277,7 @@ static float dot_q6_k(const void *wv, const float *x, const float *xs, int64_t n
                 sum += (float)S[t] * s1 + (float)S[t + 2] * s2 + (float)S[t + 4] * s3 + (float)S[t + 6] * s4;
             }
         }
-        acc += f16(rd16(b + 208)) * sum;
+        acc += f16(rd16(b + OFF(q6_k, d))) * sum;
     }
     return acc;
 }
@@ -332,11 +337,11 @@ void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *
 static float dot_q8_q8_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t j = 0; j < n / 32; j++, b += 34) {
-        const int8_t *w = (const int8_t *)(b + 2), *a = x->q + 32 * j;
+    for (int64_t j = 0; j < n / 32; j++, b += SZ(q8_0)) {
+        const int8_t *w = (const int8_t *)(b + OFF(q8_0, qs)), *a = x->q + 32 * j;
         int32_t s = 0;
         for (int i = 0; i < 32; i++) s += (int32_t)w[i] * a[i];
-        acc += f16(rd16(b)) * x->d[j] * (float)s;
+        acc += f16(rd16(b + OFF(q8_0, d))) * x->d[j] * (float)s;
     }
     return acc;
 }
@@ -344,13 +349,13 @@ static float dot_q8_q8_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
 static float dot_q8_q4_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t j = 0; j < n / 32; j++, b += 18) {
-        const uint8_t *c = b + 2;
+    for (int64_t j = 0; j < n / 32; j++, b += SZ(q4_0)) {
+        const uint8_t *c = b + OFF(q4_0, qs);
         const int8_t *a = x->q + 32 * j;
         int32_t s = 0;
         for (int i = 0; i < 16; i++) s += (int32_t)(c[i] & 15) * a[i] + (int32_t)(c[i] >> 4) * a[i + 16];
         // codes are value + 8: the offset costs 8 * sum(x') of the block
-        acc += f16(rd16(b)) * (x->d[j] * (float)s - 8.0f * x->dsum32[j]);
+        acc += f16(rd16(b + OFF(q4_0, d))) * (x->d[j] * (float)s - 8.0f * x->dsum32[j]);
     }
     return acc;
 }
@@ -359,10 +364,10 @@ static float dot_q8_q4_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
 static float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, const td_cpu_xq8 *x, int64_t n) {
     float acc = 0;
     for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += bytes) {
-        const float d = f16(rd16(b)), dmin = f16(rd16(b + 2));
+        const float d = f16(rd16(b + OFF(q4_k, d))), dmin = f16(rd16(b + OFF(q4_k, dmin)));
         uint8_t sc[8], mn[8];
-        td_cpu_kq_scales(b + 4, sc, mn);
-        const uint8_t *qh = b + 16, *qs = b + (has_qh ? 48 : 16);
+        td_cpu_kq_scales(b + OFF(q4_k, scales), sc, mn);
+        const uint8_t *qh = b + OFF(q5_k, qh), *qs = b + (has_qh ? OFF(q5_k, qs) : OFF(q4_k, qs));
         float sum = 0, msum = 0;
         for (int c = 0; c < 4; c++) {
             const int j0 = (int)(8 * sb) + 2 * c; // activation blocks of sub-blocks 2c, 2c+1
@@ -383,21 +388,21 @@ static float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, const td_cpu_
 }
 
 static float dot_q8_q4_k(const void *w, const td_cpu_xq8 *x, int64_t n) {
-    return dot_q8_kq(w, 144, 0, x, n);
+    return dot_q8_kq(w, SZ(q4_k), 0, x, n);
 }
 
 static float dot_q8_q5_k(const void *w, const td_cpu_xq8 *x, int64_t n) {
-    return dot_q8_kq(w, 176, 1, x, n);
+    return dot_q8_kq(w, SZ(q5_k), 1, x, n);
 }
 
 static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
     float acc = 0;
-    for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += 210) {
-        const int8_t *S = (const int8_t *)(b + 192);
+    for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += SZ(q6_k)) {
+        const int8_t *S = (const int8_t *)(b + OFF(q6_k, scales));
         float sum = 0;
         for (int h = 0; h < 2; h++) {
-            const uint8_t *L = b + 64 * h, *H = b + 128 + 32 * h;
+            const uint8_t *L = b + OFF(q6_k, ql) + 64 * h, *H = b + OFF(q6_k, qh) + 32 * h;
             for (int m = 0; m < 4; m++) {
                 // values 128h + 32m + l, l = 0..31: one activation block, two scales
                 const int64_t j = 8 * sb + 4 * h + m;
@@ -414,7 +419,7 @@ static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
                 }
             }
         }
-        acc += f16(rd16(b + 208)) * sum;
+        acc += f16(rd16(b + OFF(q6_k, d))) * sum;
     }
     return acc;
 }

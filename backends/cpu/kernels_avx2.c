@@ -13,7 +13,12 @@
 #include <math.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "cpu_kernels.h"
+
+/* field offsets and block sizes from the one layout header */
+#define OFF(T, f) offsetof(td_blk_##T, f)
+#define SZ(T) sizeof(td_blk_##T)
 
 #define TGT __attribute__((target("avx2,fma,f16c")))
 /* helpers are forced inline and their short loops unrolled, so the
@@ -146,10 +151,10 @@ TGT static void row_bf16(int type, const void *wv, float *dst, int64_t n) {
 
 /* Σ q x of one Q8_0 block (34 bytes: f16 d, int8 q[32]), unscaled */
 TGTI static inline __m256 q8_0_sum(const uint8_t *b, const float *x) {
-    __m256 s0 = _mm256_mul_ps(i8x8f(b + 2), ld(x));
-    __m256 s1 = _mm256_mul_ps(i8x8f(b + 10), ld(x + 8));
-    s0 = _mm256_fmadd_ps(i8x8f(b + 18), ld(x + 16), s0);
-    s1 = _mm256_fmadd_ps(i8x8f(b + 26), ld(x + 24), s1);
+    __m256 s0 = _mm256_mul_ps(i8x8f(b + OFF(q8_0, qs)), ld(x));
+    __m256 s1 = _mm256_mul_ps(i8x8f(b + OFF(q8_0, qs) + 8), ld(x + 8));
+    s0 = _mm256_fmadd_ps(i8x8f(b + OFF(q8_0, qs) + 16), ld(x + 16), s0);
+    s1 = _mm256_fmadd_ps(i8x8f(b + OFF(q8_0, qs) + 24), ld(x + 24), s1);
     return _mm256_add_ps(s0, s1);
 }
 
@@ -159,27 +164,27 @@ TGT static float dot_q8_0(const void *wv, const float *x, const float *xs, int64
     const int64_t nb = n / 32;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     int64_t j = 0;
-    for (; j + 2 <= nb; j += 2, b += 68, x += 64) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b)), q8_0_sum(b, x), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + 34)), q8_0_sum(b + 34, x + 32), acc1);
+    for (; j + 2 <= nb; j += 2, b += 2 * SZ(q8_0), x += 64) {
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q8_0, d))), q8_0_sum(b, x), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + SZ(q8_0) + OFF(q8_0, d))), q8_0_sum(b + SZ(q8_0), x + 32), acc1);
     }
-    if (j < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b)), q8_0_sum(b, x), acc0);
+    if (j < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q8_0, d))), q8_0_sum(b, x), acc0);
     return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 TGT static void row_q8_0(int type, const void *wv, float *dst, int64_t n) {
     (void)type;
     const uint8_t *b = wv;
-    for (int64_t i = 0; i < n; i += 32, b += 34, dst += 32) {
-        const __m256 d = _mm256_set1_ps(f16s(b));
-        for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, i8x8f(b + 2 + 8 * k)));
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q8_0), dst += 32) {
+        const __m256 d = _mm256_set1_ps(f16s(b + OFF(q8_0, d)));
+        for (int k = 0; k < 4; k++) _mm256_storeu_ps(dst + 8 * k, _mm256_mul_ps(d, i8x8f(b + OFF(q8_0, qs) + 8 * k)));
     }
 }
 
 /* the 32 codes of a Q4_0 block minus 8, as signed bytes: lo = values 0..15,
  * hi = values 16..31 */
 TGTI static inline void q4_0_codes(const uint8_t *b, __m128i *lo, __m128i *hi) {
-    const __m128i v = _mm_loadu_si128((const __m128i_u *)(b + 2));
+    const __m128i v = _mm_loadu_si128((const __m128i_u *)(b + OFF(q4_0, qs)));
     const __m128i m4 = _mm_set1_epi8(0x0F), e8 = _mm_set1_epi8(8);
     *lo = _mm_sub_epi8(_mm_and_si128(v, m4), e8);
     *hi = _mm_sub_epi8(_mm_and_si128(_mm_srli_epi16(v, 4), m4), e8);
@@ -208,19 +213,19 @@ TGT static float dot_q4_0(const void *wv, const float *x, const float *xs, int64
     const int64_t nb = n / 32;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     int64_t j = 0;
-    for (; j + 2 <= nb; j += 2, b += 36, x += 64) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b)), q4_0_sum(b, x), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + 18)), q4_0_sum(b + 18, x + 32), acc1);
+    for (; j + 2 <= nb; j += 2, b += 2 * SZ(q4_0), x += 64) {
+        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q4_0, d))), q4_0_sum(b, x), acc0);
+        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + SZ(q4_0) + OFF(q4_0, d))), q4_0_sum(b + SZ(q4_0), x + 32), acc1);
     }
-    if (j < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b)), q4_0_sum(b, x), acc0);
+    if (j < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q4_0, d))), q4_0_sum(b, x), acc0);
     return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
 TGT static void row_q4_0(int type, const void *wv, float *dst, int64_t n) {
     (void)type;
     const uint8_t *b = wv;
-    for (int64_t i = 0; i < n; i += 32, b += 18, dst += 32) {
-        const __m256 d = _mm256_set1_ps(f16s(b));
+    for (int64_t i = 0; i < n; i += 32, b += SZ(q4_0), dst += 32) {
+        const __m256 d = _mm256_set1_ps(f16s(b + OFF(q4_0, d)));
         __m128i lo, hi;
         q4_0_codes(b, &lo, &hi);
         _mm256_storeu_ps(dst, _mm256_mul_ps(d, i8lo8f(lo)));
@@ -269,7 +274,8 @@ TGTI static inline void kq_chunk_sums(const uint8_t *q, const __m256i *h, const 
  * fields of quants.md §4 unpacked four bytes at a time. */
 TGTI static inline void kq_scales(const uint8_t *b, float d, float scf[8], __m256 *mnf) {
     uint32_t s0, s1, s2;
-    memcpy(&s0, b + 4, 4), memcpy(&s1, b + 8, 4), memcpy(&s2, b + 12, 4);
+    memcpy(&s0, b + OFF(q4_k, scales), 4), memcpy(&s1, b + OFF(q4_k, scales) + 4, 4),
+        memcpy(&s2, b + OFF(q4_k, scales) + 8, 4);
     // sc[0..3] = bytes 0..3 & 63; sc[4..7] = low nibbles of bytes 8..11 | top bits of bytes 0..3 << 4
     const uint64_t sc = (uint64_t)(s0 & 0x3f3f3f3fu) |
                         (uint64_t)((s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u)) << 32;
@@ -287,7 +293,7 @@ TGTI static inline void kq_block(const uint8_t *b, const uint8_t *qh, const uint
                                  const float *xs, __m256 acc[4], __m256 *macc) {
     float scf[8];
     __m256 mnf;
-    kq_scales(b, f16s(b), scf, &mnf);
+    kq_scales(b, f16s(b + OFF(q4_k, d)), scf, &mnf);
     __m256i h[4];
     if (qh)
         for (int g = 0; g < 4; g++) h[g] = u8x8(qh + 8 * g);
@@ -303,15 +309,15 @@ TGTI static inline void kq_block(const uint8_t *b, const uint8_t *qh, const uint
             for (int g = 0; g < 4; g++) h[g] = _mm256_srli_epi32(h[g], 2);
     }
     // the minimum terms: dmin * Σ_j mn[j] * xsum[j], in one vector
-    *macc = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + 2)), _mm256_mul_ps(mnf, ld(xs)), *macc);
+    *macc = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q4_k, dmin))), _mm256_mul_ps(mnf, ld(xs)), *macc);
 }
 
 TGT static float dot_q4_k(const void *wv, const float *x, const float *xs, int64_t n) {
     const uint8_t *b = wv;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 macc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 144, x += TD_QK_K, xs += 8)
-        kq_block(b, NULL, b + 16, x, xs, acc, &macc);
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q4_k), x += TD_QK_K, xs += 8)
+        kq_block(b, NULL, b + OFF(q4_k, qs), x, xs, acc, &macc);
     return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum8(macc);
 }
 
@@ -319,17 +325,17 @@ TGT static float dot_q5_k(const void *wv, const float *x, const float *xs, int64
     const uint8_t *b = wv;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
     __m256 macc = _mm256_setzero_ps();
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 176, x += TD_QK_K, xs += 8)
-        kq_block(b, b + 16, b + 48, x, xs, acc, &macc);
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q5_k), x += TD_QK_K, xs += 8)
+        kq_block(b, b + OFF(q5_k, qh), b + OFF(q5_k, qs), x, xs, acc, &macc);
     return hsum8(_mm256_add_ps(_mm256_add_ps(acc[0], acc[1]), _mm256_add_ps(acc[2], acc[3]))) - hsum8(macc);
 }
 
 /* y = code * (d*sc) - dmin*mn, one rounding (the FMA), which is the exact
  * value rounded to float as the model's decoder gives it */
 TGTI static inline void kq_row_block(const uint8_t *b, const uint8_t *qh, const uint8_t *qs, float *y) {
-    const float d = f16s(b), dmin = f16s(b + 2);
+    const float d = f16s(b + OFF(q4_k, d)), dmin = f16s(b + OFF(q4_k, dmin));
     uint8_t sc[8], mn[8];
-    td_cpu_kq_scales(b + 4, sc, mn);
+    td_cpu_kq_scales(b + OFF(q4_k, scales), sc, mn);
     const __m256i m4 = _mm256_set1_epi32(0xF), b4 = _mm256_set1_epi32(0x10);
     for (int c = 0; c < 4; c++) {
         const __m256 dl = _mm256_set1_ps(d * (float)sc[2 * c]), ml = _mm256_set1_ps(dmin * (float)mn[2 * c]);
@@ -351,13 +357,13 @@ TGTI static inline void kq_row_block(const uint8_t *b, const uint8_t *qh, const 
 TGT static void row_q4_k(int type, const void *wv, float *dst, int64_t n) {
     (void)type;
     const uint8_t *b = wv;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 144, dst += TD_QK_K) kq_row_block(b, NULL, b + 16, dst);
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q4_k), dst += TD_QK_K) kq_row_block(b, NULL, b + OFF(q4_k, qs), dst);
 }
 
 TGT static void row_q5_k(int type, const void *wv, float *dst, int64_t n) {
     (void)type;
     const uint8_t *b = wv;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 176, dst += TD_QK_K) kq_row_block(b, b + 16, b + 48, dst);
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q5_k), dst += TD_QK_K) kq_row_block(b, b + OFF(q5_k, qh), b + OFF(q5_k, qs), dst);
 }
 
 /* ===================================================================== */
@@ -382,15 +388,15 @@ TGT static float dot_q6_k(const void *wv, const float *x, const float *xs, int64
     (void)xs;
     const uint8_t *b = wv;
     __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 210, x += TD_QK_K) {
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q6_k), x += TD_QK_K) {
         // the 16 signed scales times d, stored for broadcast loads
         float dS[16];
-        const __m256 d = _mm256_set1_ps(f16s(b + 208));
-        _mm256_storeu_ps(dS, _mm256_mul_ps(d, i8x8f(b + 192)));
-        _mm256_storeu_ps(dS + 8, _mm256_mul_ps(d, i8x8f(b + 200)));
+        const __m256 d = _mm256_set1_ps(f16s(b + OFF(q6_k, d)));
+        _mm256_storeu_ps(dS, _mm256_mul_ps(d, i8x8f(b + OFF(q6_k, scales))));
+        _mm256_storeu_ps(dS + 8, _mm256_mul_ps(d, i8x8f(b + OFF(q6_k, scales) + 8)));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const uint8_t *L = b + 64 * h, *H = b + 128 + 32 * h;
+            const uint8_t *L = b + OFF(q6_k, ql) + 64 * h, *H = b + OFF(q6_k, qh) + 32 * h;
             const float *xx = x + 128 * h;
 #pragma GCC unroll 2
             for (int t = 0; t < 2; t++) { // l = 16t .. 16t+15 share scales S[t + 2m]
@@ -413,11 +419,11 @@ TGT static float dot_q6_k(const void *wv, const float *x, const float *xs, int64
 TGT static void row_q6_k(int type, const void *wv, float *dst, int64_t n) {
     (void)type;
     const uint8_t *b = wv;
-    for (int64_t i = 0; i < n; i += TD_QK_K, b += 210, dst += TD_QK_K) {
-        const float d = f16s(b + 208);
-        const int8_t *S0 = (const int8_t *)(b + 192);
+    for (int64_t i = 0; i < n; i += TD_QK_K, b += SZ(q6_k), dst += TD_QK_K) {
+        const float d = f16s(b + OFF(q6_k, d));
+        const int8_t *S0 = (const int8_t *)(b + OFF(q6_k, scales));
         for (int h = 0; h < 2; h++) {
-            const uint8_t *L = b + 64 * h, *H = b + 128 + 32 * h;
+            const uint8_t *L = b + OFF(q6_k, ql) + 64 * h, *H = b + OFF(q6_k, qh) + 32 * h;
             for (int l0 = 0; l0 < 32; l0 += 8) {
                 __m256i q[4];
                 q6_codes(L, H, l0, q);
@@ -450,12 +456,12 @@ TGTI static inline __m256i dot32_u8s8(__m256i codes, const int8_t *a) {
 TGT static float dot_q8_q8_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    for (int64_t j = 0; j < n / 32; j++, b += 34) {
+    for (int64_t j = 0; j < n / 32; j++, b += SZ(q8_0)) {
         // signed x signed: |w| times a with w's sign moved onto a
-        const __m256i w = ld256(b + 2), a = ld256(x->q + 32 * j);
+        const __m256i w = ld256(b + OFF(q8_0, qs)), a = ld256(x->q + 32 * j);
         const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
                                             _mm256_set1_epi16(1));
-        const __m256 sc = _mm256_set1_ps(f16s(b) * x->d[j]);
+        const __m256 sc = _mm256_set1_ps(f16s(b + OFF(q8_0, d)) * x->d[j]);
         if (j & 1) acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc1);
         else acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc0);
     }
@@ -467,11 +473,11 @@ TGT static float dot_q8_q4_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     __m256 acc = _mm256_setzero_ps();
     float off = 0;
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    for (int64_t j = 0; j < n / 32; j++, b += 18) {
-        const __m128i v = _mm_loadu_si128((const __m128i_u *)(b + 2));
+    for (int64_t j = 0; j < n / 32; j++, b += SZ(q4_0)) {
+        const __m128i v = _mm_loadu_si128((const __m128i_u *)(b + OFF(q4_0, qs)));
         // values 0..15 are the low nibbles, 16..31 the high ones
         const __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-        const float dw = f16s(b);
+        const float dw = f16s(b + OFF(q4_0, d));
         acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d[j]), _mm256_cvtepi32_ps(dot32_u8s8(c, x->q + 32 * j)), acc);
         off += dw * x->dsum32[j]; // codes are value + 8
     }
@@ -485,12 +491,12 @@ TGTI static inline float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, c
     for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += bytes) {
         float scf[8], comb[8];
         __m256 mnf;
-        kq_scales(b, f16s(b), scf, &mnf);
+        kq_scales(b, f16s(b + OFF(q4_k, d)), scf, &mnf);
         // d*sc[k] * d_x of the activation block under sub-block k
         _mm256_storeu_ps(comb, _mm256_mul_ps(_mm256_loadu_ps(scf), _mm256_loadu_ps(x->d + 8 * sb)));
-        macc = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + 2)), _mm256_mul_ps(mnf, _mm256_loadu_ps(x->dsum32 + 8 * sb)), macc);
-        const uint8_t *qs = b + (has_qh ? 48 : 16);
-        __m256i h = has_qh ? ld256(b + 16) : _mm256_setzero_si256();
+        macc = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q4_k, dmin))), _mm256_mul_ps(mnf, _mm256_loadu_ps(x->dsum32 + 8 * sb)), macc);
+        const uint8_t *qs = b + (has_qh ? OFF(q5_k, qs) : OFF(q4_k, qs));
+        __m256i h = has_qh ? ld256(b + OFF(q5_k, qh)) : _mm256_setzero_si256();
         const int8_t *a = x->q + TD_QK_K * sb;
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
@@ -510,28 +516,30 @@ TGTI static inline float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, c
 }
 
 TGT static float dot_q8_q4_k(const void *w, const td_cpu_xq8 *x, int64_t n) {
-    return dot_q8_kq(w, 144, 0, x, n);
+    return dot_q8_kq(w, SZ(q4_k), 0, x, n);
 }
 
 TGT static float dot_q8_q5_k(const void *w, const td_cpu_xq8 *x, int64_t n) {
-    return dot_q8_kq(w, 176, 1, x, n);
+    return dot_q8_kq(w, SZ(q5_k), 1, x, n);
 }
 
 TGT static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
     const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, oacc = acc0;
-    for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += 210) {
-        const float d = f16s(b + 208);
+    for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += SZ(q6_k)) {
+        const float d = f16s(b + OFF(q6_k, d));
         // codes are value + 32: the offset costs 32 * d * Σ_g S[g] dsum16[g] over the 16 groups
-        const __m256 dS0 = _mm256_mul_ps(_mm256_set1_ps(d), i8x8f(b + 192)), dS1 = _mm256_mul_ps(_mm256_set1_ps(d), i8x8f(b + 200));
+        const __m256 dS0 = _mm256_mul_ps(_mm256_set1_ps(d), i8x8f(b + OFF(q6_k, scales))),
+                     dS1 = _mm256_mul_ps(_mm256_set1_ps(d), i8x8f(b + OFF(q6_k, scales) + 8));
         oacc = _mm256_fmadd_ps(dS0, _mm256_loadu_ps(x->dsum16 + 16 * sb), oacc);
         oacc = _mm256_fmadd_ps(dS1, _mm256_loadu_ps(x->dsum16 + 16 * sb + 8), oacc);
         // the 16 scales as int16 pairs: group m of half h uses S[8h+2m] (l < 16), S[8h+2m+1]
-        const __m128i S = _mm_loadu_si128((const __m128i_u *)(b + 192));
+        const __m128i S = _mm_loadu_si128((const __m128i_u *)(b + OFF(q6_k, scales)));
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
-            const __m256i L0 = ld256(b + 64 * h), L1 = ld256(b + 64 * h + 32), H = ld256(b + 128 + 32 * h);
+            const __m256i L0 = ld256(b + OFF(q6_k, ql) + 64 * h), L1 = ld256(b + OFF(q6_k, ql) + 64 * h + 32),
+                          H = ld256(b + OFF(q6_k, qh) + 32 * h);
             __m256i c[4];
             c[0] = _mm256_or_si256(_mm256_and_si256(L0, m4), _mm256_and_si256(_mm256_slli_epi16(H, 4), m30));
             c[1] = _mm256_or_si256(_mm256_and_si256(L1, m4), _mm256_and_si256(_mm256_slli_epi16(H, 2), m30));
