@@ -8,7 +8,9 @@
  * structs for offsetof() and sizeof()). Formulas: ../shared/spec/quants.md
  * and docs/quants-iq.md. The codebook tables are data (model/iq_grids.c);
  * a CUDA translation unit defines TD_IQ_TABLE(name) to its device copy
- * before including this header. */
+ * (d_##name under __CUDA_ARCH__, td_##name on the host) before including
+ * this header, as model/tests/blocks_cuda.cu does (compiled by nvcc in the
+ * `model` suite where a CUDA toolkit is installed). */
 #ifndef TD_BLOCKS_H
 #define TD_BLOCKS_H
 
