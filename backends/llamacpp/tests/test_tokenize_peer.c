@@ -1,7 +1,7 @@
 /* Our tokenizer (model/tokenizer.h) against llama.cpp's llama_tokenize on
  * the same GGUF files: stories260K's SentencePiece vocab (when ../shared has
  * it) and the BPE vocab fixture with each pre-tokenizer we support (qwen2,
- * llama-bpe, default), over the whole corpus of model/tests/tok_corpus.h,
+ * llama-bpe, default) and the model fixtures' small vocabs, over the whole corpus of model/tests/tok_corpus.h,
  * with and without parse_special. Every string must give the same ids.
  * Without the peer each test skips with the reason.
  *
@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include "../../../model/tests/tok_corpus.h"
+#include "fixtures.h"
 #include "gguf.h"
 #include "tokenizer.h"
 #include "vocab_bpe.h"
@@ -31,6 +32,14 @@
 
 #ifdef TD_HAVE_LLAMACPP
 static FILE *g_expected;
+
+#define TOK_FUZZ_N 1000
+/* pieces the random strings are built from, besides random bytes */
+static const char *const k_fuzz_frags[] = {
+    " ", "  ", "\n", "\t", "\r\n", "a", "the", " cat", "'s", "'LL", "0", "12", "3456", ".", "!!", "...", "(", "}",
+    "\xC3\xA9", "\xE4\xBD\xA0", "\xF0\x9F\x98\x80", "\xE2\x96\x81", "\xC2\xA0", "\xE3\x80\x80", "\xED\xA0\x80",
+    "\xCC\x81", "<|im_start|>", "<|endoftext|>", "tapdiff", "<s>", "</s>", "\x80", "\xC3", "\xF0\x9F",
+};
 
 static void escape(const char *s, size_t n, char *out, size_t cap) {
     size_t o = 0;
@@ -97,12 +106,46 @@ static void compare_file(const char *path, const char *label) {
             }
             free(ours);
         }
+    /* random byte strings: any byte but F4-F8 leads, which can decode past
+     * U+10FFFF where llama.cpp throws out of llama_tokenize */
+    uint64_t st = 0x243F6A8885A308D3ull;
+    for (size_t i = 0; i < TOK_FUZZ_N; i++) {
+        char buf[64];
+        size_t n = (size_t)(tok_rng(&st) % 48);
+        for (size_t k = 0; k < n;) {
+            uint64_t r = tok_rng(&st);
+            const char *frag = k_fuzz_frags[r % (sizeof k_fuzz_frags / sizeof *k_fuzz_frags)];
+            if ((r >> 8) % 3 == 0) {
+                unsigned char c = (unsigned char)(r >> 16);
+                if (c >= 0xF4 && c <= 0xF7) c = 0xFF;
+                buf[k++] = (char)c;
+            } else {
+                for (size_t j = 0; frag[j] && k < n; j++) buf[k++] = frag[j];
+            }
+        }
+        int nt = llama_tokenize(lv, buf, (int32_t)n, theirs, 1024, true, true);
+        cr_assert(nt >= 0);
+        int32_t *ours = NULL;
+        size_t on = 0;
+        cr_assert_eq(td_tokenize(t, buf, n, 1, 1, &ours, &on, &err), TD_OK, "fuzz %zu: %s", i, err.msg);
+        compared++;
+        if (on != (size_t)nt || memcmp(ours, theirs, on * sizeof *ours)) {
+            if (bad++ < 8) {
+                char e[300], a[4096], b[4096];
+                escape(buf, n, e, sizeof e);
+                ids_str(ours, on, a, sizeof a);
+                ids_str(theirs, (size_t)nt, b, sizeof b);
+                cr_log_error("%s fuzz string %zu \"%s\":\n  ours     %s\n  llama.cpp %s", label, i, e, a, b);
+            }
+        }
+        free(ours);
+    }
     td_tokenizer_free(t);
     td_gguf_close(g);
     llama_model_free(lm);
     cr_log_info("%s: %zu strings compared, %zu differ", label, compared, bad);
     cr_assert_eq(bad, 0, "%s: %zu of %zu corpus strings tokenize differently from llama.cpp", label, bad, compared);
-    cr_assert_geq(compared, 1000);
+    cr_assert_geq(compared, 2000);
 }
 
 static void bpe_case(const char *pre) {
@@ -116,6 +159,20 @@ static void bpe_case(const char *pre) {
     snprintf(label, sizeof label, "bpe-%s", pre);
     compare_file(path, label);
     unlink(path);
+}
+
+/* a model fixture's own vocab (fixtures/fixtures.c): SentencePiece for llama-*, gpt2/qwen2 for qwen3* */
+static void model_fixture_case(const char *name) {
+    char dir[] = "/tmp/td_tokpeer_XXXXXX";
+    cr_assert_not_null(mkdtemp(dir));
+    char path[512];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write(name, dir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    char label[64];
+    snprintf(label, sizeof label, "fixture-%s", name);
+    compare_file(path, label);
+    unlink(path);
+    rmdir(dir);
 }
 
 static void open_expected(void) {
@@ -159,6 +216,15 @@ Test(tokenize_peer, bpe_fixture_llama_bpe_equals_llama_tokenize, SETUP, .timeout
     cr_skip_test(NOT_BUILT);
 #else
     bpe_case("llama-bpe");
+#endif
+}
+
+Test(tokenize_peer, model_fixtures_vocabs_equal_llama_tokenize, .timeout = 300) {
+#ifndef TD_HAVE_LLAMACPP
+    cr_skip_test(NOT_BUILT);
+#else
+    model_fixture_case("llama-f32");
+    model_fixture_case("qwen3-f32");
 #endif
 }
 
