@@ -922,7 +922,7 @@ long td_token_piece(const td_tokenizer *t, int32_t id, int special, char *buf, s
     if (id < 0 || (uint32_t)id >= t->n) return -1;
     cbuf o = {0};
     piece_bytes(t, id, special, &o);
-    if (buf && cap) memcpy(buf, o.v, o.n < cap ? o.n : cap);
+    if (buf && cap && o.n) memcpy(buf, o.v, o.n < cap ? o.n : cap);
     long n = (long)o.n;
     free(o.v);
     return n;

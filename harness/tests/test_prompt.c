@@ -16,7 +16,7 @@
 static char dir[256];
 static void setup(void) { td_test_tmpdir(dir, sizeof dir, "prompt"); }
 static void teardown(void) { td_test_rmdir(dir); }
-TestSuite(prompt, .init = setup, .fini = teardown);
+TestSuite(prompt, .init = setup, .fini = teardown, .timeout = 600);
 
 static char *root_attr(const char *path, const char *key) {
     td_tapfile *f = NULL;
@@ -29,7 +29,7 @@ static char *root_attr(const char *path, const char *key) {
     return v;
 }
 
-Test(prompt, stories260k_once_upon_a_time_continues_as_llama2c_and_prints_text, .timeout = 300) {
+Test(prompt, stories260k_once_upon_a_time_continues_as_llama2c_and_prints_text) {
     const char *model = td_test_shared_model("stories260K.gguf");
     const char *tap = td_test_path(dir, "p.h5");
     char *out = NULL, *err = NULL;
@@ -66,7 +66,7 @@ Test(prompt, stories260k_once_upon_a_time_continues_as_llama2c_and_prints_text, 
     free(err);
 }
 
-Test(prompt, a_character_split_across_byte_tokens_prints_whole, .timeout = 300) {
+Test(prompt, a_character_split_across_byte_tokens_prints_whole) {
     const char *model = td_test_shared_model("stories260K.gguf");
     /* stories260K byte tokens are <0xXX> = id 3 + XX: "é" = C3 A9, "你" = E4 BD A0, one byte per step */
     const char *pin = td_test_path(dir, "pin.txt");
@@ -111,7 +111,7 @@ Test(prompt, tokenize_prints_ids_pieces_and_json) {
     cr_expect_eq(td_test_tapdiff_run(dir, NULL, NULL, args4), 2);
 }
 
-Test(prompt, bisect_golden_and_bench_take_a_prompt, .timeout = 600) {
+Test(prompt, bisect_golden_and_bench_take_a_prompt) {
     const char *model = td_test_fixture(dir, "qwen3-f32");
     const char *od = td_test_path(dir, "bisect");
     char *out = NULL, *err = NULL;

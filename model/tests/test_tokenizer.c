@@ -54,12 +54,14 @@ static void vocab_close(vocab *v) {
     free(v->buf);
 }
 
+TestSuite(tokenizer, .timeout = 300);
+
 static const char *const k_labels[] = {"stories260K", "bpe-qwen2", "bpe-llama-bpe", "bpe-default"};
 
 /* ------------------------------------------------------------------------ */
 /* llama.cpp's ids, committed                                                 */
 
-Test(tokenizer, ids_equal_llamacpp_committed_expected_ids, .timeout = 300) {
+Test(tokenizer, ids_equal_llamacpp_committed_expected_ids) {
     const char *root = getenv("TD_SOURCE_ROOT");
     char path[1024];
     snprintf(path, sizeof path, "%s/model/tests/data/tokenizer_expected.txt", root ? root : "..");

@@ -152,9 +152,9 @@ static const char *const tok_seeds[] = {
     "mix \xE2\x82\xAC\x80\xE2\x82",
 };
 
-static size_t tok_n_seeds(void) { return sizeof tok_seeds / sizeof tok_seeds[0]; }
+static inline size_t tok_n_seeds(void) { return sizeof tok_seeds / sizeof tok_seeds[0]; }
 
-static int tok_utf8_valid(const unsigned char *s, size_t n) {
+static inline int tok_utf8_valid(const unsigned char *s, size_t n) {
     for (size_t i = 0; i < n;) {
         unsigned c = s[i];
         size_t l = c < 0x80 ? 1 : (c >= 0xC2 && c <= 0xDF) ? 2 : (c >= 0xE0 && c <= 0xEF) ? 3 : (c >= 0xF0 && c <= 0xF4) ? 4 : 0;
@@ -173,7 +173,7 @@ static int tok_utf8_valid(const unsigned char *s, size_t n) {
     return 1;
 }
 
-static uint64_t tok_rng(uint64_t *s) {
+static inline uint64_t tok_rng(uint64_t *s) {
     *s ^= *s << 13;
     *s ^= *s >> 7;
     *s ^= *s << 17;
@@ -181,7 +181,7 @@ static uint64_t tok_rng(uint64_t *s) {
 }
 
 /* String i of the corpus (0 <= i < TOK_CORPUS_N). */
-static void tok_corpus(size_t i, tok_str *out) {
+static inline void tok_corpus(size_t i, tok_str *out) {
     static const char *const seps[] = {" ", "", "  ", "\n", "\t", ", ", ". ", "\n\n", " \n", "   "};
     const size_t ns = tok_n_seeds();
     out->n = 0;

@@ -186,12 +186,12 @@ static void close_expected(void) {
     if (g_expected) fclose(g_expected);
     g_expected = NULL;
 }
-#define SETUP .init = open_expected, .fini = close_expected
+TestSuite(tokenize_peer, .init = open_expected, .fini = close_expected, .timeout = 600);
 #else
-#define SETUP .init = NULL
+TestSuite(tokenize_peer, .timeout = 600);
 #endif
 
-Test(tokenize_peer, stories260k_spm_equals_llama_tokenize, SETUP, .timeout = 300) {
+Test(tokenize_peer, stories260k_spm_equals_llama_tokenize) {
 #ifndef TD_HAVE_LLAMACPP
     cr_skip_test(NOT_BUILT);
 #else
@@ -203,7 +203,7 @@ Test(tokenize_peer, stories260k_spm_equals_llama_tokenize, SETUP, .timeout = 300
 #endif
 }
 
-Test(tokenize_peer, bpe_fixture_qwen2_equals_llama_tokenize, SETUP, .timeout = 300) {
+Test(tokenize_peer, bpe_fixture_qwen2_equals_llama_tokenize) {
 #ifndef TD_HAVE_LLAMACPP
     cr_skip_test(NOT_BUILT);
 #else
@@ -211,7 +211,7 @@ Test(tokenize_peer, bpe_fixture_qwen2_equals_llama_tokenize, SETUP, .timeout = 3
 #endif
 }
 
-Test(tokenize_peer, bpe_fixture_llama_bpe_equals_llama_tokenize, SETUP, .timeout = 300) {
+Test(tokenize_peer, bpe_fixture_llama_bpe_equals_llama_tokenize) {
 #ifndef TD_HAVE_LLAMACPP
     cr_skip_test(NOT_BUILT);
 #else
@@ -219,7 +219,7 @@ Test(tokenize_peer, bpe_fixture_llama_bpe_equals_llama_tokenize, SETUP, .timeout
 #endif
 }
 
-Test(tokenize_peer, model_fixtures_vocabs_equal_llama_tokenize, .timeout = 300) {
+Test(tokenize_peer, model_fixtures_vocabs_equal_llama_tokenize) {
 #ifndef TD_HAVE_LLAMACPP
     cr_skip_test(NOT_BUILT);
 #else
@@ -228,7 +228,7 @@ Test(tokenize_peer, model_fixtures_vocabs_equal_llama_tokenize, .timeout = 300) 
 #endif
 }
 
-Test(tokenize_peer, bpe_fixture_default_equals_llama_tokenize, SETUP, .timeout = 300) {
+Test(tokenize_peer, bpe_fixture_default_equals_llama_tokenize) {
 #ifndef TD_HAVE_LLAMACPP
     cr_skip_test(NOT_BUILT);
 #else
