@@ -1,6 +1,8 @@
 /* tapdiff tap catalog: the table (see catalog.h) and its lookups. */
 #include "catalog.h"
 
+#include "td_common.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -69,7 +71,8 @@ const td_tap_entry *td_tap_catalog_find(const char *full_name, long *layer) {
     const char *base = blk_base(full_name, &L);
     for (size_t i = 0; i < sizeof catalog / sizeof catalog[0]; i++) {
         const char *n = catalog[i].name;
-        int match = base ? (strncmp(n, "blk.L.", 6) == 0 && strcmp(n + 6, base) == 0) : strcmp(n, full_name) == 0;
+        int per_layer = strncmp(n, "blk.L.", 6) == 0;
+        int match = base ? (per_layer && strcmp(n + 6, base) == 0) : (!per_layer && strcmp(n, full_name) == 0);
         if (match) {
             if (layer) *layer = base ? L : -1;
             return &catalog[i];
@@ -154,4 +157,40 @@ int td_tap_catalog_inputs(const char *name, char groups[][3][TD_TAP_NAME_MAX], i
         p = *gend ? gend + 1 : gend;
     }
     return n;
+}
+
+// Appends to a growing buffer.
+static void put(char **buf, size_t *len, size_t *cap, const char *s) {
+    size_t n = strlen(s);
+    if (*len + n + 1 > *cap) {
+        *cap = (*len + n + 1) * 2;
+        *buf = td_xrealloc(*buf, *cap);
+    }
+    memcpy(*buf + *len, s, n + 1);
+    *len += n;
+}
+
+char *td_tap_catalog_markdown(void) {
+    char *buf = NULL, line[1024];
+    size_t len = 0, cap = 0;
+    put(&buf, &len, &cap, "| tap | dtype | shape | architectures | from | meaning |\n|---|---|---|---|---|---|\n");
+    for (size_t i = 0; i < sizeof catalog / sizeof catalog[0]; i++) {
+        const td_tap_entry *e = &catalog[i];
+        // '|' would end a Markdown cell: alternatives read "a or b"
+        char from[256];
+        size_t k = 0;
+        for (const char *p = e->producers; *p && k + 4 < sizeof from; p++) {
+            if (*p == '|') {
+                memcpy(from + k, " or ", 4);
+                k += 4;
+            } else {
+                from[k++] = *p;
+            }
+        }
+        from[k] = '\0';
+        snprintf(line, sizeof line, "| `%s` | %s | [%s] | %s | %s | %s |\n", e->name, td_tap_class_name(e->cls),
+                 e->shape, *e->archs ? e->archs : "(optional)", from, e->meaning);
+        put(&buf, &len, &cap, line);
+    }
+    return buf;
 }

@@ -64,6 +64,9 @@ const char *td_tap_class_name(td_tap_class c);
 int td_tap_catalog_inputs(const char *name, char groups[][3][TD_TAP_NAME_MAX], int max_groups,
                           int *wants_last_out);
 
+/* The table as Markdown (the README's tap table); malloc'd, caller frees. */
+char *td_tap_catalog_markdown(void);
+
 #ifdef __cplusplus
 }
 #endif
