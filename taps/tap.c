@@ -460,9 +460,11 @@ static int32_t layer_of(const char *full) {
     return (*p == '.' && v <= INT32_MAX) ? (int32_t)v : -1;
 }
 
-// Checks the call, then writes the dataset; any failure becomes the sticky error.
-static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim,
-                 const int64_t *shape) {
+// Checks the call, then writes the dataset; any failure becomes the sticky
+// error. pre != NULL: a fingerprint computed by the caller (on its device),
+// data is then NULL and nothing but the fingerprint is stored.
+static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data,
+                 const td_fingerprint *pre, int ndim, const int64_t *shape) {
     char step[32], full[TD_TAP_NAME_MAX];
     step_name(step, s->step_index);
     if (!name) {
@@ -507,7 +509,13 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
         dims[d] = (hsize_t)shape[d];
         count *= (uint64_t)shape[d];
     }
-    if (!data && count > 0) {
+    if (pre && pre->count != count) {
+        fail(s, TD_EINPUT,
+             "tap file %s: step %s: tap '%s': the fingerprint counts %" PRIu64 " values, the shape %" PRIu64,
+             s->path, step, full, pre->count, count);
+        return;
+    }
+    if (!pre && !data && count > 0) {
         fail(s, TD_EINPUT, "tap file %s: step %s: tap '%s': NULL data for %" PRIu64 " values", s->path, step, full,
              count);
         return;
@@ -524,8 +532,11 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
     }
 
     td_fingerprint fp;
-    td_fingerprint_compute(&fp, dtype, data, count);
-    int has_data = s->mode == TD_TAP_FULL && filter_match(s, full);
+    if (pre)
+        fp = *pre;
+    else
+        td_fingerprint_compute(&fp, dtype, data, count);
+    int has_data = !pre && s->mode == TD_TAP_FULL && filter_match(s, full);
     int32_t layer_attr = layer >= 0 ? (int32_t)layer : layer_of(full);
 
     int ok = 0;
@@ -565,7 +576,30 @@ out:
 void td_tap_emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim,
                  const int64_t *shape) {
     if (!s || s->status) return;
-    emit(s, layer, name, dtype, data, ndim, shape);
+    emit(s, layer, name, dtype, data, NULL, ndim, shape);
+}
+
+void td_tap_emit_fingerprint(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const td_fingerprint *fp,
+                             int ndim, const int64_t *shape) {
+    if (!s || s->status) return;
+    if (!fp) {
+        fail(s, TD_EINPUT, "tap file %s: tap '%s': td_tap_emit_fingerprint without a fingerprint", s->path,
+             name ? name : "(null)");
+        return;
+    }
+    emit(s, layer, name, dtype, NULL, fp, ndim, shape);
+}
+
+td_tap_want_level td_tap_want(const td_tap_sink *s, int layer, const char *name) {
+    if (!s || s->status || s->step < 0 || !name) return TD_TAP_WANT_NONE;
+    if (s->mode != TD_TAP_FULL) return TD_TAP_WANT_FINGERPRINT;
+    if (s->n_patterns == 0) return TD_TAP_WANT_FULL;
+    char full[TD_TAP_NAME_MAX];
+    int len = layer >= 0 ? snprintf(full, sizeof full, "blk.%d.%s", layer, name)
+                         : snprintf(full, sizeof full, "%s", name);
+    // a name too long is refused by the emit that follows; asking for its data costs nothing then
+    if (len < 0 || (size_t)len >= sizeof full) return TD_TAP_WANT_FINGERPRINT;
+    return filter_match(s, full) ? TD_TAP_WANT_FULL : TD_TAP_WANT_FINGERPRINT;
 }
 
 int td_tap_sink_close(td_tap_sink *s, td_err *err) {

@@ -132,6 +132,47 @@ int td_tap_sink_close(td_tap_sink *s, td_err *err);
 
 void td_fingerprint_compute(td_fingerprint *fp, td_dtype dtype, const void *data, uint64_t count);
 
+/* ---- Device-aware taps ------------------------------------------------
+ * A backend whose tensors live on a device (CUDA, Metal, Vulkan) asks, per
+ * tap, what the sink will keep, and moves only that to the host:
+ *
+ *   switch (TD_TAP_WANT(sink, l, "attn_q")) {
+ *   case TD_TAP_WANT_NONE: break;                      // taps off: one branch
+ *   case TD_TAP_WANT_FINGERPRINT:                      // 80 bytes cross
+ *       my_device_fingerprint(&fp, d_q, n);             // same definition as td_fingerprint
+ *       td_tap_emit_fingerprint(sink, l, "attn_q", TD_DT_F32, &fp, 2, shape);
+ *       break;
+ *   case TD_TAP_WANT_FULL:                             // the data crosses
+ *       copy_to_host(h_q, d_q, n);
+ *       td_tap_emit(sink, l, "attn_q", TD_DT_F32, h_q, 2, shape);
+ *   }
+ *
+ * FULL: the sink stores the values (full mode and the filter selects the
+ * name); FINGERPRINT: it stores only a fingerprint (fingerprint mode, or not
+ * selected); NONE: taps are off (sink NULL), the sink holds a sticky error,
+ * or no step is open: emit nothing. A tap never changes what the arm
+ * computes: the device must not synchronize or reorder work for a tap it
+ * does not emit. */
+typedef enum td_tap_want_level {
+    TD_TAP_WANT_NONE = 0,
+    TD_TAP_WANT_FINGERPRINT = 1,
+    TD_TAP_WANT_FULL = 2,
+} td_tap_want_level;
+
+/* What the sink keeps of tap (layer, name) of the open step (names as in
+ * td_tap_emit). Cheap (a filter match at most), no side effect. */
+td_tap_want_level td_tap_want(const td_tap_sink *s, int layer, const char *name);
+
+/* Emits one tap as a fingerprint computed by the caller (on its device):
+ * stored exactly like a fingerprint-only tap (has_data = 0), with the same
+ * checks as td_tap_emit; fp->count must equal the product of the shape.
+ * The fingerprint's definition is td_fingerprint's: min/max/max_abs and the
+ * sums over the finite values, first[] the first four values in row-major
+ * order. A device may sum in another order than index order: its sums then
+ * differ from the host's in the last bits, which is all a fingerprint may. */
+void td_tap_emit_fingerprint(td_tap_sink *s, int layer, const char *name, td_dtype dtype,
+                             const td_fingerprint *fp, int ndim, const int64_t *shape);
+
 #if defined(__GNUC__) || defined(__clang__)
 #define TD_TAP_UNLIKELY_(c) __builtin_expect(!!(c), 0)
 #else
@@ -143,6 +184,10 @@ void td_fingerprint_compute(td_fingerprint *fp, td_dtype dtype, const void *data
         if (TD_TAP_UNLIKELY_((sink) != NULL))                                   \
             td_tap_emit((sink), (layer), (name), (dtype), (data), (ndim), (shape)); \
     } while (0)
+
+/* Taps off: one branch, TD_TAP_WANT_NONE without evaluating layer or name. */
+#define TD_TAP_WANT(sink, layer, name)                                          \
+    (TD_TAP_UNLIKELY_((sink) != NULL) ? td_tap_want((sink), (layer), (name)) : TD_TAP_WANT_NONE)
 
 #ifdef __cplusplus
 }
