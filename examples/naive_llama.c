@@ -224,6 +224,14 @@ static void model_load(model *m, const char *path) {
     m->vcache = calloc(kv, sizeof(float));
 }
 
+static void model_free(model *m) {
+    free(m->kcache);
+    free(m->vcache);
+    free(m->l);
+    free(m->g.t);
+    free(m->g.buf);
+}
+
 /* ------------------------------------------------------------------- ops */
 
 // out[t][o] = sum_i w[o][i] x[t][i]
@@ -410,5 +418,6 @@ int main(void) {
     }
     if (td_tap_sink_close(sink, &err)) die("tap file", err.msg);
     free(logits);
+    model_free(&m);
     return 0;
 }
