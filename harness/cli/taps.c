@@ -28,6 +28,16 @@ static const char *usage_text =
     "\n"
     "exit: 0 ok, 2 usage (or an architecture no tap lists)\n";
 
+// Prints s left-aligned in `width` columns: printf's %-*s counts bytes, and
+// the shape letters hold a two-byte middle dot.
+static void cell(const char *s, int width) {
+    int cols = 0;
+    for (const char *p = s; *p; p++) cols += ((unsigned char)*p & 0xC0) != 0x80;
+    fputs(s, stdout);
+    for (; cols < width; cols++) putchar(' ');
+    putchar(' ');
+}
+
 int td_cmd_taps(int argc, char **argv) {
     const char *arch = NULL;
     int json = 0, markdown = 0;
@@ -84,8 +94,12 @@ int td_cmd_taps(int argc, char **argv) {
         } else {
             char shape[48];
             snprintf(shape, sizeof shape, "[%s]", e->shape);
-            printf("%-18s %-6s %-12s %-22s %-34s %s\n", e->name, td_tap_class_name(e->cls), shape, archs,
-                   e->producers, e->meaning);
+            cell(e->name, 18);
+            cell(td_tap_class_name(e->cls), 6);
+            cell(shape, 12);
+            cell(archs, 22);
+            cell(e->producers, 34);
+            printf("%s\n", e->meaning);
         }
     }
     if (json) {

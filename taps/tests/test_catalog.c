@@ -223,3 +223,41 @@ static void check_arch(const char *fixture) {
 Test(catalog, reference_emits_exactly_the_llama_taps) { check_arch("llama-f32"); }
 Test(catalog, reference_emits_exactly_the_qwen3_taps) { check_arch("qwen3-f32"); }
 Test(catalog, reference_emits_exactly_the_qwen3moe_taps) { check_arch("qwen3moe-f32"); }
+
+// `tapdiff taps` output into a string.
+static char *taps_cmd(const char *args, int *rc) {
+    const char *exe = getenv("TD_TAPDIFF");
+    cr_assert_not_null(exe, "TD_TAPDIFF is not set (run through meson test)");
+    char cmd[1024], out[512];
+    snprintf(out, sizeof out, "%s/taps.out", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' taps %s > '%s' 2>&1", exe, args, out);
+    *rc = run(cmd);
+    return read_text(out);
+}
+
+Test(catalog, taps_command_prints_an_architectures_rows) {
+    size_t n;
+    const td_tap_entry *cat = td_tap_catalog(&n);
+    int rc;
+    char *js = taps_cmd("--arch qwen3moe --json", &rc);
+    cr_assert_eq(rc, 0, "%s", js);
+    size_t want = 0, got = 0;
+    for (size_t i = 0; i < n; i++) {
+        char key[160];
+        snprintf(key, sizeof key, "\"name\":\t\"%s\"", cat[i].name);
+        int listed = strstr(js, key) != NULL;
+        cr_expect_eq(listed, td_tap_catalog_has_arch(&cat[i], "qwen3moe"), "%s: listed %d", cat[i].name, listed);
+        want += (size_t)td_tap_catalog_has_arch(&cat[i], "qwen3moe");
+    }
+    for (const char *p = js; (p = strstr(p, "\"name\":")); p++) got++;
+    cr_expect_eq(got, want, "%zu rows printed, %zu wanted", got, want);
+    free(js);
+    char *md = taps_cmd("--markdown", &rc), *cat_md = td_tap_catalog_markdown();
+    cr_assert_eq(rc, 0);
+    cr_expect_str_eq(md, cat_md);
+    free(md), free(cat_md);
+    char *bad = taps_cmd("--arch qwen9", &rc);
+    cr_expect_eq(rc, 2, "%s", bad);
+    cr_expect(strstr(bad, "no tap lists architecture 'qwen9'") != NULL, "%s", bad);
+    free(bad);
+}
