@@ -897,3 +897,86 @@ Test(taps, want_is_none_when_off_or_failed) {
     cr_expect(strstr(err.msg, "fingerprint counts 4 values, the shape 6") != NULL, "%s", err.msg);
     cr_assert_eq(td_tap_sink_close(s, &err), TD_EINPUT);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Engine helpers: the sink from the environment, provenance, token steps     */
+
+Test(taps, engine_helpers_write_inputs_history_and_provenance) {
+    td_err err = {{0}};
+    td_tap_sink *s = (td_tap_sink *)1;
+    unsetenv("TAPDIFF_TAPS");
+    cr_assert_eq(td_tap_sink_open_env(&s, NULL, &err), TD_OK);
+    cr_assert_null(s, "no path anywhere: taps off");
+    setenv("TAPDIFF_TAP_MODE", "bogus", 1);
+    cr_assert_eq(td_tap_sink_open_env(&s, tmp_path("x.h5"), &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "TAPDIFF_TAP_MODE is 'bogus'") != NULL, "%s", err.msg);
+    setenv("TAPDIFF_TAP_MODE", "full", 1);
+    setenv("TAPDIFF_DECODE", "pinned:p.txt", 1);
+    const char *path = tmp_path("engine.h5"), *model = tmp_path("model.bin");
+    setenv("TAPDIFF_TAPS", path, 1);
+    FILE *mf = fopen(model, "w");
+    cr_assert_not_null(mf);
+    fputs("abc", mf);
+    fclose(mf);
+    cr_assert_eq(td_tap_sink_open_env(&s, NULL, &err), TD_OK, "%s", err.msg);
+    unsetenv("TAPDIFF_TAPS");
+    unsetenv("TAPDIFF_DECODE");
+    cr_assert_eq(td_tap_sink_provenance(s, model, "llama", "eng", NULL, "f32", &err), TD_OK, "%s", err.msg);
+    // a 10-token prefill then 10 decode steps, positions left to the sink
+    int32_t prompt[10];
+    for (int i = 0; i < 10; i++) prompt[i] = 100 + i;
+    cr_assert_eq(td_tap_step_begin_tokens(s, prompt, NULL, 10, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+    for (int i = 0; i < 10; i++) {
+        int32_t t = 200 + i;
+        cr_assert_eq(td_tap_step_begin_tokens(s, &t, NULL, 1, &err), TD_OK, "%s", err.msg);
+        if (i == 4) { // an engine with its own history: the sink does not add a second one
+            const int64_t h[2] = {-1, -2}, w = 2;
+            td_tap_emit(s, -1, "hist.tokens", TD_DT_I64, h, 1, &w);
+        }
+        cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+    }
+    cr_assert_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, path, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_n_steps(f), 11);
+    char *v = NULL;
+    // sha256("abc"), FIPS 180-2 appendix B.1
+    struct {
+        const char *key, *want;
+    } attrs[] = {{"model_sha256", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+                 {"arch", "llama"},
+                 {"backend", "eng"},
+                 {"precision", "f32"},
+                 {"decode", "pinned:p.txt"},
+                 {"model", model}};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+        cr_assert_eq(td_tapfile_attr_str(f, attrs[i].key, &v, &err), TD_OK, "%s", err.msg);
+        cr_expect_str_eq(v, attrs[i].want, "root attribute %s", attrs[i].key);
+        free(v);
+    }
+    int64_t x[16];
+    td_step_info si;
+    cr_assert_eq(td_tapfile_step(f, 0, &si, &err), TD_OK, "%s", err.msg);
+    cr_expect(si.kind == TD_STEP_PREFILL && si.pos0 == 0 && si.n_tokens == 10);
+    cr_assert_eq(td_tapfile_read_i64(f, 0, "inp.pos", x, 10, &err), TD_OK, "%s", err.msg);
+    for (int i = 0; i < 10; i++) cr_expect_eq(x[i], i);
+    cr_assert_eq(td_tapfile_read_i64(f, 0, "hist.tokens", x, 10, &err), TD_OK, "%s", err.msg);
+    for (int i = 0; i < 10; i++) cr_expect_eq(x[i], 100 + i);
+    cr_assert_eq(td_tapfile_step(f, 10, &si, &err), TD_OK, "%s", err.msg);
+    cr_expect(si.kind == TD_STEP_DECODE && si.pos0 == 19 && si.n_tokens == 1, "step 10: pos0 %lld",
+              (long long)si.pos0);
+    cr_assert_eq(td_tapfile_read_i64(f, 10, "inp.tokens", x, 1, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(x[0], 209);
+    // the window: the last 16 consumed, oldest first
+    td_tap_info ti;
+    cr_assert_eq(td_tapfile_tap(f, 10, "hist.tokens", &ti, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(ti.shape[0], 16);
+    cr_assert_eq(td_tapfile_read_i64(f, 10, "hist.tokens", x, 16, &err), TD_OK, "%s", err.msg);
+    const int64_t want[16] = {104, 105, 106, 107, 108, 109, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209};
+    for (int i = 0; i < 16; i++) cr_expect_eq(x[i], want[i], "hist.tokens[%d] = %lld", i, (long long)x[i]);
+    cr_assert_eq(td_tapfile_tap(f, 5, "hist.tokens", &ti, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(ti.shape[0], 2, "the engine's own hist.tokens is kept");
+    td_tapfile_close(f);
+}
