@@ -164,6 +164,21 @@ Test(extarm, installed_library_builds_an_engine_that_bisect_judges, .timeout = 6
     build_example(pc, good, "");
     build_example(pc, bad, "-DNAIVE_LLAMA_BUG");
 
+    // the static library, with what `pkg-config --static` adds: the engine then
+    // needs no libtapdiff-taps.so, and still writes a tap file
+    const char *san = getenv("TD_SANITIZE");
+    char sanflags[128] = "";
+    if (san && *san && strcmp(san, "none")) snprintf(sanflags, sizeof sanflags, "-fsanitize=%s", san);
+    static char scmd[16384];
+    snprintf(scmd, sizeof scmd,
+             "cd '%s' && cc -std=c17 %s '%s/examples/naive_llama.c' -o naive_static $(%s --cflags tapdiff-taps) "
+             "$(%s --static --libs tapdiff-taps | sed 's/-ltapdiff-taps/-l:libtapdiff-taps.a/') -lm 2>static.log && "
+             "! ldd ./naive_static | grep -q tapdiff-taps && "
+             "TAPDIFF_MODEL='%s' TAPDIFF_PROMPT=1,403 TAPDIFF_STEPS=2 TAPDIFF_TAPS=static.h5 ./naive_static "
+             ">/dev/null && test -s static.h5",
+             dir, sanflags, getenv("TD_SOURCE_ROOT"), pc, pc, model);
+    cr_assert_eq(sh(scmd), 0, "static link or run failed: %s\n%s", scmd, td_test_slurp(td_test_path(dir, "static.log"), NULL));
+
     // meson points LD_LIBRARY_PATH at the build tree's library: the engine
     // must load the installed one (its rpath)
     unsetenv("LD_LIBRARY_PATH");
