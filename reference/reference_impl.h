@@ -20,7 +20,7 @@
  *   REAL_DECODE_ROW          td_tensor_decode_row_f64 / _f32
  *   R_SQRT R_EXP R_LOG R_POW R_COS R_SIN R_FLOOR R_CEIL   libm in that precision
  *   REF_NAME REF_PRECISION   "ref" "f64" / "ref32" "f32"
- *   REAL_IS_FLOAT            defined by the f32 build only (the act-q8 profile needs it)
+ *   REAL_IS_FLOAT            defined by the f32 build only
  */
 #include <math.h>
 #include <stdlib.h>
@@ -31,6 +31,12 @@
 
 #define REF_CAT_(a, b) a##_##b
 #define REF_CAT(a, b) REF_CAT_(a, b)
+/* The profile's rounding formulas in this precision (backends/profile.h). */
+#ifdef REAL_IS_FLOAT
+#define ACT_ROUND td_act_round_f32
+#else
+#define ACT_ROUND td_act_round_f64
+#endif
 /* FN(rmsnorm) -> td_ref_rmsnorm_f64 / td_ref_rmsnorm_f32 */
 #define FN(name) REF_CAT(td_ref_##name, REAL_SUFFIX)
 
@@ -215,9 +221,11 @@ typedef struct ref_backend {
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
     int64_t max_in, max_out;
-    td_ref_profile profile; // NATIVE, or ACT_Q8 (ref32 only): activations rounded before matmuls
+    td_profile profile; // the arithmetic profile's rules (backends/profile.h)
+    char profile_name[TD_PROFILE_NAME_MAX]; // its canonical spelling
     real *qin;       // (cap_qin) activations of one matmul as the profile rounds them
     int64_t cap_qin;
+    real *k16, *v16; // (kv_cap, Hkv*D) cache rows as attn-f16 rounds them for one step
     ref_acts a;
 } ref_backend;
 
@@ -282,6 +290,10 @@ static void kv_ensure(ref_backend *r, int64_t need) {
         r->v_cache[l] = td_xrealloc(r->v_cache[l], (size_t)cap * row);
     }
     r->att = td_xrealloc(r->att, (size_t)cap * sizeof(real));
+    if (r->profile.rules & TD_RULE_ATTN_F16) {
+        r->k16 = td_xrealloc(r->k16, (size_t)cap * row);
+        r->v16 = td_xrealloc(r->v16, (size_t)cap * row);
+    }
     r->kv_cap = cap;
 }
 
@@ -302,23 +314,20 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
         if (rc) return rc;
         bias = r->bias + row0;
     }
-    if (r->profile == TD_REF_PROFILE_ACT_Q8) {
-        // round every input row once, as llama.cpp converts it for W's type
-        td_ref_act_fmt fmt;
-        if (td_ref_act_format(W->type, &fmt))
-            return td_err_set(err, TD_EINPUT, REF_NAME ": profile act-q8: tensor %s has type %s, not a matmul weight type",
-                              W->cname, td_type_name(W->type));
+    {
+        // profile rounding point: every input row once, as the arm converts
+        // it for W's type in a step of T tokens
+        td_act_fmt fmt;
+        if (td_profile_matmul_fmt(&r->profile, W->type, T, n_in, &fmt))
+            return td_err_set(err, TD_EINPUT, REF_NAME ": profile %s: tensor %s has type %s, not a matmul weight type",
+                              r->profile_name, W->cname, td_type_name(W->type));
         if (fmt != TD_ACT_F32) {
             if (T * n_in > r->cap_qin) {
                 free(r->qin);
                 r->cap_qin = T * n_in;
                 r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
             }
-#ifdef REAL_IS_FLOAT
-            for (int64_t t = 0; t < T; t++) td_ref_act_round_f32(r->qin + t * n_in, in + t * n_in, n_in, fmt);
-#else
-            TD_ASSERT(0 && "act-q8 is an f32 profile (ref_open refuses it here)");
-#endif
+            for (int64_t t = 0; t < T; t++) ACT_ROUND(r->qin + t * n_in, in + t * n_in, n_in, fmt);
             in = r->qin;
         }
     }
@@ -402,6 +411,20 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     real *kc = r->k_cache[l], *vc = r->v_cache[l];
     memcpy(kc + pos0 * Hkv * D, a->k, (size_t)(T * Hkv * D) * sizeof(real));
     memcpy(vc + pos0 * Hkv * D, a->v, (size_t)(T * Hkv * D) * sizeof(real));
+    if (td_profile_kv_store_f16(&r->profile)) { // profile rounding point: an f16 cache
+        ACT_ROUND(kc + pos0 * Hkv * D, kc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
+        ACT_ROUND(vc + pos0 * Hkv * D, vc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
+    }
+    if (td_profile_attn_qkv_f16(&r->profile, T)) {
+        // profile rounding point: a step of several tokens reads Q and the
+        // cache rows in f16 (the cache itself keeps its precision); q is
+        // not read after attention
+        const int64_t n_kv = pos0 + T;
+        ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
+        ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
+        kc = r->k16, vc = r->v16;
+    }
 
     FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
@@ -583,7 +606,7 @@ static void ref_close(td_backend *b) {
         free(r->v_cache[l]);
     }
     free(r->k_cache), free(r->v_cache), free(r->att);
-    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin);
+    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin), free(r->k16), free(r->v16);
     acts_free(&r->a);
     free(r);
 }
@@ -666,6 +689,10 @@ static int check_model(const td_model *m, td_err *err) {
 
 static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
 
+static const char *ref_profile_of(const td_backend *b) {
+    return ((const ref_backend *)b)->profile_name;
+}
+
 const td_backend_vt FN(backend) = {
     .name = REF_NAME,
     .precision = REF_PRECISION,
@@ -674,27 +701,26 @@ const td_backend_vt FN(backend) = {
     .reset = ref_reset,
     .close = ref_close,
     .version = ref_version,
+    .profile_of = ref_profile_of,
 };
 
 static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
     *out = NULL;
     if (p && p->inject && p->inject[0])
         return td_err_set(err, TD_EINPUT, REF_NAME ": fault injection '%s' is not available in the reference", p->inject);
-    td_ref_profile profile;
-    if (td_ref_profile_parse(p ? p->profile : NULL, &profile))
-        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is unknown (expected native or act-q8)",
-                          p->profile);
-#ifndef REAL_IS_FLOAT
-    // the profile emulates f32 kernels; in f64 it would be neither the oracle nor the peer
-    if (profile != TD_REF_PROFILE_NATIVE)
-        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is only available in ref32", p->profile);
-#endif
+    // any profile: ref32 is then the control of an arm that rounds so, ref
+    // the profile-matched oracle (the same roundings, the rest in f64)
+    td_profile profile;
+    char why[256];
+    if (td_profile_parse(p ? p->profile : NULL, &profile, why, sizeof why))
+        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s': %s", p->profile, why);
     int rc = check_model(m, err);
     if (rc) return rc;
 
     ref_backend *r = td_xcalloc(1, sizeof *r);
     r->base.vt = &FN(backend);
     r->profile = profile;
+    td_profile_format(&profile, r->profile_name, sizeof r->profile_name);
     r->m = m;
     r->hp = m->hp;
     const td_hparams *hp = &r->hp;
