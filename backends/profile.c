@@ -188,12 +188,13 @@ static const struct {
     const char *name;
 } rule_names[] = {
     {TD_RULE_ACT_Q8, "act-q8"},     {TD_RULE_ACT_Q8_1, "act-q8_1"}, {TD_RULE_ATTN_F16, "attn-f16"},
-    {TD_RULE_KV_F16, "kv-f16"},     {TD_RULE_FA_F16, "fa-f16"},
+    {TD_RULE_KV_F16, "kv-f16"},     {TD_RULE_FA_F16, "fa-f16"},     {TD_RULE_MM_F16, "mm-f16"},
+    {TD_RULE_ACC_F16, "acc-f16"},
 };
 #define N_RULES (sizeof rule_names / sizeof rule_names[0])
 
 int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
-    td_profile p = {.rules = 0, .q8_1_vec_k = -1};
+    td_profile p = {.rules = 0, .q8_1_vec_k = -1, .mm_f16_min = -1};
     if (why && n) why[0] = '\0';
     if (!s || !s[0] || !strcmp(s, TD_PROFILE_NATIVE)) {
         *out = p;
@@ -209,7 +210,7 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
         for (size_t i = 0; i < N_RULES && !hit; i++)
             if (strlen(rule_names[i].name) == nlen && !strncmp(c, rule_names[i].name, nlen)) hit = rule_names[i].rule;
         if (!hit) {
-            if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16; "
+            if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16, mm-f16@N, acc-f16; "
                                       "joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
             return -1;
         }
@@ -221,8 +222,8 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
             char num[24];
             size_t dl = len - nlen - 1;
             char *end = NULL;
-            if (hit != TD_RULE_ACT_Q8_1 || dl == 0 || dl >= sizeof num) {
-                if (why) snprintf(why, n, "'%.*s': only act-q8_1 takes @K (a non-negative inner size)", (int)len, c);
+            if ((hit != TD_RULE_ACT_Q8_1 && hit != TD_RULE_MM_F16) || dl == 0 || dl >= sizeof num) {
+                if (why) snprintf(why, n, "'%.*s': only act-q8_1@K and mm-f16@N take a number", (int)len, c);
                 return -1;
             }
             memcpy(num, at + 1, dl);
@@ -232,14 +233,22 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
                 if (why) snprintf(why, n, "'%.*s': @K must be a non-negative integer", (int)len, c);
                 return -1;
             }
-            p.q8_1_vec_k = k;
+            if (hit == TD_RULE_ACT_Q8_1)
+                p.q8_1_vec_k = k;
+            else
+                p.mm_f16_min = k;
+        } else if (hit == TD_RULE_MM_F16) {
+            if (why) snprintf(why, n, "mm-f16 needs @N: the step size above which the tiled path runs (e.g. mm-f16@8)");
+            return -1;
         }
         p.rules |= hit;
         if (!e) break;
         c = e + 1;
     }
-    if ((p.rules & TD_RULE_ACT_Q8) && (p.rules & TD_RULE_ACT_Q8_1)) {
-        if (why) snprintf(why, n, "act-q8 and act-q8_1 both round matmul activations: give one");
+    // act-q8 is the CPU's whole matmul story; q8_1 (quantized weights) and
+    // mm-f16 (the rest of the tiled path) are a GPU's and go together
+    if ((p.rules & TD_RULE_ACT_Q8) && (p.rules & (TD_RULE_ACT_Q8_1 | TD_RULE_MM_F16))) {
+        if (why) snprintf(why, n, "act-q8 (the CPU path) does not combine with act-q8_1 or mm-f16 (a GPU's)");
         return -1;
     }
     *out = p;
@@ -256,6 +265,10 @@ void td_profile_format(const td_profile *p, char *buf, size_t n) {
         if (rule_names[i].rule == TD_RULE_ACT_Q8_1 && p->q8_1_vec_k >= 0) {
             len = strlen(buf);
             snprintf(buf + len, n - len, "@%lld", (long long)p->q8_1_vec_k);
+        }
+        if (rule_names[i].rule == TD_RULE_MM_F16) {
+            len = strlen(buf);
+            snprintf(buf + len, n - len, "@%lld", (long long)p->mm_f16_min);
         }
     }
     if (!buf[0]) snprintf(buf, n, "%s", TD_PROFILE_NATIVE);
@@ -278,6 +291,10 @@ int td_profile_matmul_fmt(const td_profile *p, int weight_type, int64_t T, int64
 
 int td_profile_attn_qkv_f16(const td_profile *p, int64_t T) {
     return (p->rules & TD_RULE_ATTN_F16) && T > 1;
+}
+
+int td_profile_mm_f16(const td_profile *p, int64_t T) {
+    return (p->rules & TD_RULE_MM_F16) && T > p->mm_f16_min;
 }
 
 int td_profile_kv_store_f16(const td_profile *p) {

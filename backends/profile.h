@@ -18,9 +18,21 @@
  *               than one token, and in one-token steps too when the inner
  *               size exceeds K (no @K: never; @0: always). F32/F16/BF16
  *               weights are untouched. Excludes act-q8.
- *   attn-f16    in a step of more than one token, the attention matmul
- *               operands Q, K and V (the cache rows the step reads) are
- *               rounded to f16; the cache itself keeps its precision.
+ *   attn-f16    in a step of more than one token, the operands of both
+ *               attention matmuls are rounded to f16 (a GPU's tiled matmul
+ *               loads them into f16 tiles): Q and the K rows for the
+ *               scores, the softmax probabilities and the V rows for the
+ *               context; sums stay in the working precision. The cache
+ *               itself keeps its precision.
+ *   mm-f16@N    in a step of more than N tokens, the weight matmuls round
+ *               both operands (activations and dequantized weights) to f16
+ *               (the tiled path, N = the matrix-vector limit, 8 in
+ *               ggml-vulkan); sums stay in the working precision.
+ *   acc-f16     the f16-tiled matmuls above keep their sums in f16 (every
+ *               partial sum rounded, in index order): both attention
+ *               matmuls under attn-f16, and quantized weights under mm-f16
+ *               (ggml-vulkan's f16acc shaders on fp16 devices without
+ *               cooperative matrices).
  *   kv-f16      the K/V cache stores f16: keys and values are rounded when
  *               written.
  *   fa-f16      flash attention casts K and V to f16 (every step), as
@@ -85,11 +97,14 @@ enum {
     TD_RULE_ATTN_F16 = 1u << 2,
     TD_RULE_KV_F16 = 1u << 3,
     TD_RULE_FA_F16 = 1u << 4,
+    TD_RULE_MM_F16 = 1u << 5,
+    TD_RULE_ACC_F16 = 1u << 6,
 };
 
 typedef struct td_profile {
     unsigned rules;     /* TD_RULE_* */
     int64_t q8_1_vec_k; /* act-q8_1@K: one-token steps round too when the inner size > K; -1 = never */
+    int64_t mm_f16_min; /* mm-f16@N: steps of more than N tokens */
 } td_profile;
 
 /* Parses a profile string. 0 on success; -1 with a one-line reason in why
@@ -108,6 +123,10 @@ int td_profile_matmul_fmt(const td_profile *p, int weight_type, int64_t T, int64
 /* Are Q (and the K/V rows read) rounded to f16 for attention in a step of T
  * tokens (attn-f16 with T > 1; fa-f16 rounds K/V only, see below)? */
 int td_profile_attn_qkv_f16(const td_profile *p, int64_t T);
+
+/* Does a weight matmul in a step of T tokens round its operands (activations
+ * and weights) to f16 (mm-f16@N, T > N)? */
+int td_profile_mm_f16(const td_profile *p, int64_t T);
 
 /* Are K and V rounded to f16 when stored (kv-f16, fa-f16: every step)? */
 int td_profile_kv_store_f16(const td_profile *p);

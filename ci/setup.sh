@@ -12,6 +12,7 @@ PKGS=(
   libmd-dev          # SHA-256 (model provenance)
   python3-h5py python3-numpy   # tests check that h5py reads our tap files
   chromium           # the HTML report test renders the report headless
+  libvulkan1 mesa-vulkan-drivers   # the llama.cpp Vulkan arm; lavapipe runs it on the CPU
 )
 
 missing=()

@@ -50,6 +50,17 @@ static real dot(const real *a, const real *b, int64_t n) {
     return s;
 }
 
+/* dot with an f16 accumulator (profile acc-f16): every partial sum is
+ * rounded to f16, in index order. */
+static real dot_acc16(const real *a, const real *b, int64_t n) {
+    real s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += a[i] * b[i];
+        ACT_ROUND(&s, &s, 1, TD_ACT_F16);
+    }
+    return s;
+}
+
 void FN(rmsnorm)(real *out, const real *x, const real *w, real eps, int64_t n) {
     real ss = 0;
     for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
@@ -314,6 +325,7 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
         if (rc) return rc;
         bias = r->bias + row0;
     }
+    int mm16 = 0, acc16 = 0; // mm-f16: the weight rows are rounded to f16 too; acc-f16: sums in f16
     {
         // profile rounding point: every input row once, as the arm converts
         // it for W's type in a step of T tokens
@@ -321,6 +333,11 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
         if (td_profile_matmul_fmt(&r->profile, W->type, T, n_in, &fmt))
             return td_err_set(err, TD_EINPUT, REF_NAME ": profile %s: tensor %s has type %s, not a matmul weight type",
                               r->profile_name, W->cname, td_type_name(W->type));
+        mm16 = fmt == TD_ACT_F32 && td_profile_mm_f16(&r->profile, T);
+        // fp16 GPUs accumulate quantized tiles in f16 (F32/F16 weights in f32)
+        td_act_fmt wf;
+        acc16 = mm16 && (r->profile.rules & TD_RULE_ACC_F16) && !td_act_format(W->type, &wf) && td_act_block(wf) > 1;
+        if (mm16) fmt = TD_ACT_F16; // and each weight row below
         if (fmt != TD_ACT_F32) {
             if (T * n_in > r->cap_qin) {
                 free(r->qin);
@@ -334,8 +351,9 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
     for (int64_t o = 0; o < n_out; o++) {
         int rc = REAL_DECODE_ROW(W, (uint64_t)(row0 + o), r->row, err);
         if (rc) return rc;
+        if (mm16) ACT_ROUND(r->row, r->row, n_in, TD_ACT_F16);
         for (int64_t t = 0; t < T; t++) {
-            real s = dot(r->row, in + t * n_in, n_in);
+            real s = acc16 ? dot_acc16(r->row, in + t * n_in, n_in) : dot(r->row, in + t * n_in, n_in);
             if (bias) s += bias[o];
             out[t * n_out + o] = s;
         }
@@ -365,6 +383,33 @@ static void tap2(td_tap_sink *s, int layer, const char *name, const real *data, 
 /* ===================================================================== */
 /* The forward                                                            */
 /* ===================================================================== */
+
+/* FN(attention) with the softmax probabilities rounded to f16 before they
+ * weight V (profile attn-f16: the context matmul's B operand in f16 tiles). */
+static void attention_probs_f16(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
+                                int64_t T, int64_t H, int64_t Hkv, int64_t D, int acc16) {
+    const real scale = 1 / R_SQRT((real)D);
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t n = pos[t] + 1;
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
+            const real *qh = q + (t * H + h) * D;
+            for (int64_t s = 0; s < n; s++)
+                att[s] = scale * (acc16 ? dot_acc16 : dot)(qh, k + (s * Hkv + g) * D, D);
+            FN(softmax)(att, att, n);
+            ACT_ROUND(att, att, n, TD_ACT_F16);
+            real *oh = out + (t * H + h) * D;
+            for (int64_t d = 0; d < D; d++) oh[d] = 0;
+            for (int64_t s = 0; s < n; s++) {
+                const real *vs = v + (s * Hkv + g) * D;
+                for (int64_t d = 0; d < D; d++) {
+                    oh[d] += att[s] * vs[d];
+                    if (acc16) ACT_ROUND(&oh[d], &oh[d], 1, TD_ACT_F16);
+                }
+            }
+        }
+    }
+}
 
 /* Attention sub-block of layer l: a->x (T, E) -> a->proj (T, E) = attn_out. */
 static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
@@ -416,17 +461,18 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(vc + pos0 * Hkv * D, vc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
     }
     if (td_profile_attn_qkv_f16(&r->profile, T)) {
-        // profile rounding point: a step of several tokens reads Q and the
-        // cache rows in f16 (the cache itself keeps its precision); q is
-        // not read after attention
+        // profile rounding point: a step of several tokens reads Q, the
+        // cache rows and the probabilities in f16 (the cache itself keeps
+        // its precision); q is not read after attention
         const int64_t n_kv = pos0 + T;
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
-        kc = r->k16, vc = r->v16;
+        attention_probs_f16(a->ctx, a->q, r->k16, r->v16, a->pos, r->att, T, H, Hkv, D,
+                            (r->profile.rules & TD_RULE_ACC_F16) != 0);
+    } else {
+        FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
     }
-
-    FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
 
     if ((rc = matmul(r, a->proj, a->ctx, L->wo, L->bo, 0, T, H * D, E, err))) return rc;

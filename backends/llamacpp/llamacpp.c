@@ -16,7 +16,9 @@
  * one): TD_LLAMACPP_PERTURB=TAP*S, e.g. blk.1.attn_v*1.01, multiplies every
  * F32 node that maps to canonical tap TAP by S in place while the graph runs,
  * so every later node computes with the wrong values (taps must be on: the
- * hook lives in the eval callback). Recorded in the version string. */
+ * hook lives in the eval callback). On a device the node is read, scaled and
+ * written back. TD_LLAMACPP_PERTURB_ARM=NAME (e.g. llamacpp:vulkan) limits it
+ * to that arm. Recorded in the version string. */
 #include "llamacpp.h"
 
 #include <pthread.h>
@@ -131,7 +133,9 @@ static void init_once(void) {
     }
     memcpy(g_variant, v, n + 1);
     char path[1024];
-    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", TD_LLAMACPP_LIBDIR, g_variant);
+    // a relocated copy (ci/device-check.sh's bundle) names its own folder
+    const char *libdir = getenv("TD_LLAMACPP_LIBDIR");
+    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", libdir && *libdir ? libdir : TD_LLAMACPP_LIBDIR, g_variant);
     // Release builds fail silently here: the device count is the check.
     if (!ggml_backend_load(path) || !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
         g_init_rc = TD_SKIP;
@@ -196,7 +200,8 @@ static void gpu_init(lc_kind k) {
         snprintf(g->msg, sizeof g->msg, "%s", e.msg);
         return;
     }
-    const char *lib = k == LC_VULKAN ? TD_LLAMACPP_VULKAN_LIB : TD_LLAMACPP_CUDA_LIB;
+    const char *lib = getenv(k == LC_VULKAN ? "TD_LLAMACPP_VULKAN_LIB" : "TD_LLAMACPP_CUDA_LIB");
+    if (!lib || !*lib) lib = k == LC_VULKAN ? TD_LLAMACPP_VULKAN_LIB : TD_LLAMACPP_CUDA_LIB;
     const char *fetch = k == LC_VULKAN ? "ci/fetch-llamacpp.sh" : "ci/fetch-llamacpp.sh --cuda";
     if (access(lib, R_OK)) {
         g->rc = TD_SKIP;
@@ -207,6 +212,12 @@ static void gpu_init(lc_kind k) {
         // lavapipe is a CPU-type device that ggml-vulkan skips unless named
         setenv_default("GGML_VK_VISIBLE_DEVICES", "0");
         setenv_default("XDG_RUNTIME_DIR", "/tmp");
+        // Taps must not change what they observe: each observed node splits
+        // the graph there, so a fused kernel (rms_norm+mul, multi-add, ...)
+        // would run untapped and not tapped, with other roundings (measured:
+        // 699 of 4608 logits differed). The arm computes unfused, always.
+        setenv_default("GGML_VK_DISABLE_FUSION", "1");
+        setenv_default("GGML_VK_DISABLE_MULTI_ADD", "1");
         // Mesa compiles every pipeline on first use (minutes on lavapipe):
         // one stable cache folder for every run and test of this user
         const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
@@ -761,7 +772,9 @@ static void declare_profile(lc_backend *s) {
         snprintf(p, n, "%s", TD_PROFILE_ACT_Q8);
     } else {
         const lc_gpu *g = &g_gpu[s->kind];
-        snprintf(p, n, "%s", g->fp16 ? "attn-f16" : "native");
+        // fp16 devices load the tiled matmul (steps of more than 8 tokens;
+        // attention at any step of several tokens) into f16 tiles
+        snprintf(p, n, "%s", g->fp16 ? "attn-f16+mm-f16@8" : "native");
         if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
     }
     if (s->flash_attn) {
@@ -809,6 +822,9 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     s->obs.hp = &m->hp;
     s->obs.all_nodes = env_flag("TD_LLAMACPP_ALL_NODES");
     const char *pert = getenv("TD_LLAMACPP_PERTURB");
+    // one arm of a bisect that runs several llama.cpp arms in one process
+    const char *pert_arm = getenv("TD_LLAMACPP_PERTURB_ARM");
+    if (pert_arm && *pert_arm && strcmp(pert_arm, arm)) pert = NULL;
     if (pert && *pert) {
         const char *star = strrchr(pert, '*');
         char *end = NULL;
@@ -883,9 +899,10 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     else // the device and what changes its arithmetic are provenance
         snprintf(s->version, sizeof s->version,
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
-                 "%s, kv f32, n_ubatch = n_ctx = %lld%s",
+                 "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s",
                  llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
                  g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat, s->flash_attn ? "on" : "off",
+                 getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
                  (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "");
     if (s->obs.perturb[0]) { // provenance: this arm is wrong on purpose
         size_t len = strlen(s->version);
@@ -1039,7 +1056,7 @@ const td_backend_vt td_llamacpp_vulkan_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
-    .profile = "attn-f16",
+    .profile = "attn-f16+mm-f16@8",
     .profile_of = lc_profile_of,
     .probe = lc_probe_vulkan,
 };
@@ -1053,7 +1070,7 @@ const td_backend_vt td_llamacpp_cuda_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
-    .profile = "attn-f16+act-q8_1",
+    .profile = "attn-f16+act-q8_1@0+mm-f16@8",
     .profile_of = lc_profile_of,
     .probe = lc_probe_cuda,
 };

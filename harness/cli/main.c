@@ -23,6 +23,7 @@ static const subcommand commands[] = {
     {"bench", td_cmd_bench, "prefill/decode throughput of a backend, and the memory-bandwidth bound"},
     {"audit", td_cmd_audit, "MoE router tie audit of one tap file, or selection disagreements of two"},
     {"determinism", td_cmd_determinism, "run one arm N times on the same tokens; nondeterministic if any tap differs"},
+    {"backends", td_cmd_backends, "the arms this build knows and whether each can run here (GPU, driver)"},
 };
 
 static void usage(FILE *f) {

@@ -426,3 +426,52 @@ Test(act_q8, format_per_weight_type_and_profile_names) {
     cr_assert_eq(p.rules, (unsigned)TD_RULE_ACT_Q8);
     cr_assert_eq(td_profile_parse("act_q8", &p, why, sizeof why), -1);
 }
+
+/* Profile strings: canonical order and spelling, and the refusals. */
+Test(act_q8, profile_parse_and_format) {
+    td_profile p;
+    char why[256], buf[128];
+    cr_assert_eq(td_profile_parse("fa-f16+act-q8_1@4096+attn-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "act-q8_1@4096+attn-f16+fa-f16");
+    cr_assert_eq(td_profile_parse("mm-f16@8+attn-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "attn-f16+mm-f16@8");
+    cr_assert_eq(td_profile_parse("native", &p, why, sizeof why), 0);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "native");
+    const char *bad[] = {"mm-f16", "attn-f16+attn-f16", "act-q8+act-q8_1", "act-q8+mm-f16@8", "attn-f16@3",
+                         "act-q8_1@-1", "act-q8_1@", "f16", "attn-f16+"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(td_profile_parse(bad[i], &p, why, sizeof why), -1, "'%s' must be refused", bad[i]);
+        cr_assert(why[0], "'%s': no reason given", bad[i]);
+    }
+    // act-q8_1 rounds quantized weights in steps of several tokens, and one-token steps above @K
+    cr_assert_eq(td_profile_parse("act-q8_1@64", &p, why, sizeof why), 0);
+    td_act_fmt f;
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_Q4_K, 2, 32, &f), 0);
+    cr_assert_eq(f, TD_ACT_Q8_1);
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_Q4_K, 1, 64, &f), 0);
+    cr_assert_eq(f, TD_ACT_F32);
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_Q4_K, 1, 65, &f), 0);
+    cr_assert_eq(f, TD_ACT_Q8_1);
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_F32, 9, 4096, &f), 0);
+    cr_assert_eq(f, TD_ACT_F32);
+}
+
+/* The f64 rounding gives the f32 rounding's values on f32 inputs (away from
+ * ties): the same blocks, scales in their storage types. */
+Test(act_q8, f64_rounding_matches_f32) {
+    float xf[256];
+    double xd[256], yd[256];
+    float yf[256];
+    for (int i = 0; i < 256; i++) xf[i] = (float)sin(0.37 * i + 0.1) * (1.0f + (float)(i % 7)), xd[i] = xf[i];
+    const td_act_fmt fm[4] = {TD_ACT_Q8_0, TD_ACT_Q8_K, TD_ACT_F16, TD_ACT_BF16};
+    for (int k = 0; k < 4; k++) {
+        td_act_round_f32(yf, xf, 256, fm[k]);
+        td_act_round_f64(yd, xd, 256, fm[k]);
+        for (int i = 0; i < 256; i++)
+            cr_assert(fabs(yd[i] - (double)yf[i]) <= 1e-6 * fabs(yd[i]) + 1e-30, "fmt %d [%d]: f64 %.9g f32 %.9g",
+                      (int)fm[k], i, yd[i], (double)yf[i]);
+    }
+}
