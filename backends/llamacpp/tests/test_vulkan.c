@@ -88,7 +88,7 @@ static int bisect3(const char *model, const char *tokens, const char *steps, cha
 
 /* A one-token prompt and 16 decode steps: every step is the matrix-vector
  * path (f32), conformant against the reference under its profile. */
-Test(vulkan, stories_prompt1_three_arm_conformant, .init = setup, .fini = teardown, .timeout = 900) {
+Test(vulkan, stories_prompt1_three_arm_conformant, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     char *out = NULL, b[128];
@@ -102,7 +102,7 @@ Test(vulkan, stories_prompt1_three_arm_conformant, .init = setup, .fini = teardo
 /* Prompts of 8 and 40 tokens (the matrix-vector path with several columns,
  * then the tiled f16 path) and 16 decode steps: the arm's logits stay within
  * 1e-4 of the profile-matched oracle's and 1e-3 of the plain oracle's. */
-Test(vulkan, stories_prompts_8_40_logits_close, .init = setup, .fini = teardown, .timeout = 900) {
+Test(vulkan, stories_prompts_8_40_logits_close, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     const char *prompts[2] = {"1,2,3,4,5,6,7,8",
@@ -124,7 +124,7 @@ Test(vulkan, stories_prompts_8_40_logits_close, .init = setup, .fini = teardown,
 }
 
 /* 201 greedy ids (BOS + 200 decode steps) equal the reference's. */
-Test(vulkan, stories_201_greedy_ids_equal_reference, .init = setup, .fini = teardown, .timeout = 900) {
+Test(vulkan, stories_201_greedy_ids_equal_reference, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     char *ids[2];
@@ -151,7 +151,7 @@ Test(vulkan, stories_201_greedy_ids_equal_reference, .init = setup, .fini = tear
 /* One node of the running Vulkan graph scaled by 1.001 (read from the
  * device, scaled, written back): the three-arm verdict names the GPU arm, at
  * that tap and step, and not the CPU arm. */
-Test(vulkan, perturbed_node_named_and_gpu_arm_blamed, .init = setup, .fini = teardown, .timeout = 900) {
+Test(vulkan, perturbed_node_named_and_gpu_arm_blamed, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     setenv("TD_LLAMACPP_PERTURB", "blk.1.attn_v*1.001", 1);
@@ -170,7 +170,7 @@ Test(vulkan, perturbed_node_named_and_gpu_arm_blamed, .init = setup, .fini = tea
 
 /* Taps change nothing: the logits of an untapped run equal those of a fully
  * tapped run bit for bit (every node observed splits the graph there). */
-Test(vulkan, untapped_and_tapped_logits_equal, .init = setup, .fini = teardown, .timeout = 900) {
+Test(vulkan, untapped_and_tapped_logits_equal, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     const int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
@@ -205,7 +205,7 @@ Test(vulkan, untapped_and_tapped_logits_equal, .init = setup, .fini = teardown, 
  * conformance. lavapipe's flash-attention shader rounds more than K/V (blk.0.
  * attn_ctx at step 1, r ~ 270 against fa-f16; Q and P in f16 too make it
  * worse), a gap in the profile the log shows. */
-Test(vulkan, flash_attention_declared_and_close, .init = setup, .fini = teardown, .timeout = 900) {
+Test(vulkan, flash_attention_declared_and_close, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
