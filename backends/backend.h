@@ -40,6 +40,14 @@ typedef struct td_backend_vt {
      * (DESIGN.md "Backends"), e.g. "act-q8" for llama.cpp's CPU path; NULL
      * = "native". Recorded in tap files; bisect runs the control arm with it. */
     const char *profile;
+    /* (optional) the profile this instance computes with, declared at open
+     * from what its device actually does (it may differ from `profile`, the
+     * usual case, e.g. a GPU without fp16); NULL entry = `profile`. */
+    const char *(*profile_of)(const td_backend *b);
+    /* (optional) can this arm run here? TD_OK with a one-line description
+     * of what it would run on, else TD_SKIP (or another status) with the
+     * reason, in why. NULL entry = always available. */
+    int (*probe)(char *why, size_t n);
 } td_backend_vt;
 
 /* Every backend starts with this header so generic code can reach its table. */

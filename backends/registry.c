@@ -16,7 +16,9 @@ static const td_backend_vt *const backends[] = {
     &td_ref_backend_f32, /* "ref32": the same code in f32, the control arm */
     &td_cpu_backend,     /* "cpu": the optimized CPU forward (backends/cpu) */
 #ifdef TD_HAVE_LLAMACPP
-    &td_llamacpp_backend, /* "llamacpp": llama.cpp itself, a tapped peer */
+    &td_llamacpp_backend,        /* "llamacpp": llama.cpp itself, a tapped peer */
+    &td_llamacpp_vulkan_backend, /* "llamacpp:vulkan": the same on llama.cpp's Vulkan backend */
+    &td_llamacpp_cuda_backend,   /* "llamacpp:cuda": the same on llama.cpp's CUDA backend */
 #endif
     NULL,
 };
@@ -38,6 +40,10 @@ const char *td_backend_absent_reason(const char *name) {
     } known[] = {
         {"llamacpp", "backend 'llamacpp' is not built into this tapdiff: run ci/fetch-llamacpp.sh (needs npm and the "
                      "npm registry), then `meson setup --reconfigure BUILD_DIR` and rebuild"},
+        {"llamacpp:vulkan", "backend 'llamacpp:vulkan' is not built into this tapdiff: run ci/fetch-llamacpp.sh "
+                            "(needs npm and the npm registry), then `meson setup --reconfigure BUILD_DIR` and rebuild"},
+        {"llamacpp:cuda", "backend 'llamacpp:cuda' is not built into this tapdiff: run ci/fetch-llamacpp.sh --cuda, "
+                          "then `meson setup --reconfigure BUILD_DIR` and rebuild"},
         {"cuda", "backend 'cuda' is not built into this tapdiff (it needs nvcc at configure time and a GPU to run)"},
         {"metal", "backend 'metal' is not built into this tapdiff (macOS only)"},
         {"cpu", "backend 'cpu' is not built into this tapdiff"},

@@ -2,7 +2,8 @@
 # The main job on the built-in default model: installs, builds, writes the
 # fixture models, validates the default one, and runs the f64 reference and
 # its f32 twin over a prefill + 16 greedy decode steps with full taps, then
-# bisects the optimized cpu backend against ref (control ref32) (verdict + HTML report) and audits router ties.
+# bisects the optimized cpu backend against ref (control ref32) (verdict + HTML report), then CPU vs GPU
+# (llama.cpp's CPU and Vulkan arms, the reference as oracle) where a Vulkan device exists, and audits router ties.
 # Results land in out/. usage: ci/demo.sh [FIXTURE]   (default: qwen3moe-f32)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -33,10 +34,22 @@ echo "== tapdiff bisect --a ref --b cpu (the optimized cpu arm against the f64 r
 $td bisect --model "$model" --a ref --b cpu --tokens 1,20,30,40,50,60,70,80 --steps 16 --out-dir out/bisect
 
 echo
+if $td backends | awk '$1=="llamacpp:vulkan" && $2=="available"{v=1} $1=="llamacpp" && $2=="available"{c=1} END{exit !(v && c)}'; then
+  echo "== tapdiff bisect --a llamacpp --b llamacpp:vulkan (CPU vs GPU: llama.cpp on the CPU against llama.cpp's"
+  echo "   Vulkan backend, each judged by the f64 reference run with its own arithmetic profile; the first"
+  echo "   run compiles Mesa's shaders, minutes on lavapipe, then seconds)"
+  $td bisect --model "$model" --a llamacpp --b llamacpp:vulkan --tokens 1,20,30,40,50,60,70,80 --steps 16 \
+    --out-dir out/bisect-gpu || echo "demo: the three-arm verdict above is not conformant (exit $?)"
+else
+  echo "== CPU vs GPU bisect skipped: no runnable llamacpp:vulkan arm here (tapdiff backends says why):"
+  $td backends | awk '$1 ~ /^llamacpp/' | sed 's/^/   /'
+fi
+
+echo
 echo "== tapdiff audit out/ref.h5 --control out/ref32.h5 (router tie audit of the MoE layers)"
 $td audit out/ref.h5 --control out/ref32.h5
 
 echo
 echo "demo: wrote out/fixtures/*.gguf, out/ref.h5 (f64 reference taps), out/ref32.h5 (f32 twin),"
-echo "      out/bisect/ (tap files + report/report.html)."
+echo "      out/bisect/ (tap files + report/report.html), out/bisect-gpu/ (CPU vs GPU, where it ran)."
 echo "      Read a tap with h5py, e.g. /usr/bin/python3 -c \"import h5py; f=h5py.File('out/ref.h5'); print(f['steps/000000/out.logits'][0,:8])\""

@@ -8,9 +8,26 @@
 #   .deps/llamacpp/lib/          libllama.v0.5.0.so, libggml*.so, libggml-cpu-<variant>.so
 #   .deps/llamacpp/include/      llama.h and ggml's public headers
 #   .deps/llamacpp/VERSION       what was fetched (the build's provenance)
-# usage: ci/fetch-llamacpp.sh [--force]
+#
+# GPU arms of the same adapter, each into its own folder so that a refetch of
+# the CPU set never removes them (and they never touch the CPU set other
+# builds link against):
+#   .deps/llamacpp-vulkan/lib/   libggml-vulkan.so (loaded at run time by the
+#                                CPU package's libggml; fetched by default)
+#   .deps/llamacpp-cuda/lib/     libggml-cuda.so (~180 MB; only with --cuda)
+# usage: ci/fetch-llamacpp.sh [--force] [--cuda] [--no-vulkan]
 set -uo pipefail
 cd "$(dirname "$0")/.." || exit 0
+
+FORCE=0 CUDA=0 VULKAN=1
+for a in "$@"; do
+  case "$a" in
+    --force) FORCE=1 ;;
+    --cuda) CUDA=1 ;;
+    --no-vulkan) VULKAN=0 ;;
+    *) echo "usage: ci/fetch-llamacpp.sh [--force] [--cuda] [--no-vulkan]" >&2; exit 2 ;;
+  esac
+done
 
 VERSION=3.22.1
 BIN_PKG=@node-llama-cpp/linux-x64@$VERSION
@@ -21,8 +38,36 @@ WANT="node-llama-cpp $VERSION linux-x64"
 
 skip() { echo "ci/fetch-llamacpp.sh: llama.cpp peer not fetched ($*); the build continues without it" >&2; exit 0; }
 
-if [ "${1:-}" != "--force" ] && [ -f "$STAMP" ] && [ "$(head -1 "$STAMP")" = "$WANT" ] \
+# One GPU package: its backend library (nothing else: the CPU set above is
+# byte-identical in both packages) into .deps/llamacpp-KIND/lib.
+# Failures print one line and leave the CPU set as it is.
+fetch_gpu() { # kind lib
+  local kind=$1 lib=$2 pkg=@node-llama-cpp/linux-x64-$1@$VERSION dest=.deps/llamacpp-$1 w tgz
+  local want="node-llama-cpp $VERSION linux-x64-$kind"
+  if [ $FORCE = 0 ] && [ -f "$dest/VERSION" ] && [ "$(head -1 "$dest/VERSION")" = "$want" ] && [ -f "$dest/lib/$lib" ]; then
+    return 0
+  fi
+  w=$(mktemp -d .deps/llamacpp-$kind-fetch.XXXXXX) || { echo "ci/fetch-llamacpp.sh: $kind arm not fetched (cannot create a temporary folder)" >&2; return 0; }
+  if ! ( cd "$w" && timeout 900 npm pack --loglevel=error --fetch-retries=1 "$pkg" >/dev/null 2>npm.log ); then
+    echo "ci/fetch-llamacpp.sh: $kind arm not fetched (npm pack $pkg failed); the build continues without it" >&2
+    rm -rf "$w"; return 0
+  fi
+  tgz=$(ls "$w"/node-llama-cpp-linux-x64-$kind-"$VERSION".tgz 2>/dev/null)
+  mkdir -p "$w/out/lib"
+  if [ -z "$tgz" ] || ! tar -xzf "$tgz" -C "$w" "package/bins/linux-x64-$kind/$lib" \
+     || ! mv "$w/package/bins/linux-x64-$kind/$lib" "$w/out/lib/"; then
+    echo "ci/fetch-llamacpp.sh: $kind arm not fetched (no bins/linux-x64-$kind/$lib in $pkg)" >&2
+    rm -rf "$w"; return 0
+  fi
+  printf '%s\n' "$want" >"$w/out/VERSION"
+  rm -rf "$dest" && mv "$w/out" "$dest" && echo "ci/fetch-llamacpp.sh: $kind arm ($lib) in $dest" >&2
+  rm -rf "$w"
+}
+
+if [ $FORCE = 0 ] && [ -f "$STAMP" ] && [ "$(head -1 "$STAMP")" = "$WANT" ] \
    && [ -f "$DEST/include/llama.h" ] && [ -f "$DEST/lib/libllama.v0.5.0.so" ]; then
+  [ $VULKAN = 1 ] && fetch_gpu vulkan libggml-vulkan.so
+  [ $CUDA = 1 ] && fetch_gpu cuda libggml-cuda.so
   exit 0
 fi
 
@@ -66,4 +111,6 @@ printf '%s\nllama.cpp %s\n' "$WANT" "$rev" >"$new/VERSION"
 rm -rf "$DEST"
 mv "$new" "$DEST" || skip "cannot move the result to $DEST"
 echo "ci/fetch-llamacpp.sh: llama.cpp $rev ($WANT) in $DEST" >&2
+[ $VULKAN = 1 ] && fetch_gpu vulkan libggml-vulkan.so
+[ $CUDA = 1 ] && fetch_gpu cuda libggml-cuda.so
 exit 0

@@ -13,6 +13,7 @@ PKGS=(
   libpcre2-dev       # tokenizer pre-tokenizer regexes
   python3-h5py python3-numpy   # tests check that h5py reads our tap files
   chromium           # the HTML report test renders the report headless
+  libvulkan1 mesa-vulkan-drivers   # the llama.cpp Vulkan arm; lavapipe runs it on the CPU
 )
 
 missing=()

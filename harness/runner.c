@@ -185,9 +185,12 @@ static int check_tokens(const int32_t *ids, int64_t n, int64_t V, const char *wh
 }
 
 /* The arithmetic profile a run computes with (root attribute `profile`):
- * cfg->profile when it names one other than "native", else the backend's
- * declared vt->profile, else "native". */
-static const char *run_profile(const td_run_config *cfg, const td_backend_vt *vt) {
+ * what the open backend declares (profile_of: from its device, canonical),
+ * else cfg->profile when it names one other than "native", else the
+ * backend's declared vt->profile, else "native". */
+static const char *run_profile(const td_run_config *cfg, const td_backend_vt *vt, const td_backend *b) {
+    const char *own = b && vt->profile_of ? vt->profile_of(b) : NULL;
+    if (own && own[0]) return own;
     // "native" asks for the arm's own arithmetic, which is what it declares
     if (cfg->profile && cfg->profile[0] && strcmp(cfg->profile, "native")) return cfg->profile;
     return vt && vt->profile ? vt->profile : "native";
@@ -195,7 +198,7 @@ static const char *run_profile(const td_run_config *cfg, const td_backend_vt *vt
 
 /* Root attributes: enough provenance that h5dump alone says what made the file. */
 static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_model *m, const char *model_path,
-                            const td_backend_vt *vt, const char *version, td_err *err) {
+                            const td_backend_vt *vt, const td_backend *b, const char *version, td_err *err) {
     char sha[65];
     int rc = td_sha256_file(model_path, sha, err);
     if (rc) return rc;
@@ -208,7 +211,7 @@ static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_m
     bad |= td_tap_sink_attr_str(s, "backend", vt->name);
     bad |= td_tap_sink_attr_str(s, "backend_version", version);
     bad |= td_tap_sink_attr_str(s, "precision", vt->precision);
-    bad |= td_tap_sink_attr_str(s, "profile", run_profile(cfg, vt));
+    bad |= td_tap_sink_attr_str(s, "profile", run_profile(cfg, vt, b));
     bad |= td_tap_sink_attr_i64(s, "threads", cfg->threads);
     bad |= td_tap_sink_attr_str(s, "tapdiff_version", TD_VERSION);
     bad |= td_tap_sink_attr_str(s, "git_revision", TD_GIT_REV);
@@ -269,13 +272,14 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
     const char *version = vt->version ? vt->version(b) : NULL;
     snprintf(res->backend_version, sizeof res->backend_version, "%s", version ? version : vt->name);
     snprintf(res->arch, sizeof res->arch, "%s", td_arch_name(m->hp.arch));
+    snprintf(res->profile, sizeof res->profile, "%s", run_profile(cfg, vt, b));
 
     if (cfg->tap_path) {
         td_tap_options opt = td_tap_options_default();
         opt.mode = cfg->tap_mode;
         opt.filter = cfg->tap_filter;
         if ((rc = td_tap_sink_open(&sink, cfg->tap_path, &opt, err))) goto done;
-        if ((rc = write_provenance(sink, cfg, m, model_path, vt, res->backend_version, err))) goto done;
+        if ((rc = write_provenance(sink, cfg, m, model_path, vt, b, res->backend_version, err))) goto done;
     }
 
     res->n_forwards = n_fwd;

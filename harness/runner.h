@@ -64,8 +64,9 @@ typedef struct td_run_result {
     const double *final_logits; /* the last forward's row of `logits` (V) */
     double prefill_s;     /* wall time of the prefill forward (taps included) */
     double decode_s;      /* wall time of all decode forwards */
-    char backend_version[256];
+    char backend_version[1024];
     char arch[32];
+    char profile[128];        /* the arithmetic profile the arm computed with (canonical) */
 } td_run_result;
 
 /* Runs the sequence. On failure returns its status with one line in err

@@ -18,6 +18,7 @@
 
 #include "backend.h"
 #include "model.h"
+#include "profile.h"
 
 #ifdef __cplusplus
 extern "C" {
@@ -47,61 +48,9 @@ typedef struct td_ref_rope {
  * one KV head, as HF repeat_kv). Hkv divides H. */
 int64_t td_ref_gqa_kv_head(int64_t h, int64_t H, int64_t Hkv);
 
-/* ---- Arithmetic profiles (DESIGN.md "Backends") ------------------------
- *
- * A profile names an arithmetic choice an arm makes on purpose, so that the
- * control arm can make the same one and the budget measures like with like.
- *   "native"  (or NULL / "") every operation as written: f64 in ref, f32 in ref32.
- *   "act-q8"  ref32 only: before each matmul, every activation row is rounded
- *             the way llama.cpp's CPU matmul converts it for that weight type
- *             (../shared/spec/quants.md §8): F32 weights keep f32 activations;
- *             F16 / BF16 weights see them rounded to f16 / bf16; Q4_0, Q5_0,
- *             Q8_0, IQ4_NL, MXFP4, NVFP4, Q1_0, Q2_0 weights see Q8_0 blocks;
- *             Q4_1, Q5_1 see Q8_1 blocks (the same values as Q8_0); K-quants,
- *             IQ1/2/3, IQ4_XS, TQ1_0, TQ2_0 see Q8_K blocks. Embedding
- *             lookups stay exact; attention (f32 KV cache) is untouched. The
- *             dot product is then the reference's own f32 loop over the
- *             rounded values: only the summation order differs from
- *             llama.cpp's integer kernels (f32 rounding, ~1e-7). */
-#define TD_PROFILE_NATIVE "native"
-#define TD_PROFILE_ACT_Q8 "act-q8"
-
-typedef enum td_ref_profile {
-    TD_REF_PROFILE_NATIVE = 0,
-    TD_REF_PROFILE_ACT_Q8 = 1,
-} td_ref_profile;
-
-/* "native" / NULL / "" -> NATIVE, "act-q8" -> ACT_Q8; -1 for anything else. */
-int td_ref_profile_parse(const char *name, td_ref_profile *out);
-
-/* The activation format llama.cpp converts to before a dot with a weight. */
-typedef enum td_ref_act_fmt {
-    TD_ACT_F32 = 0,  /* unchanged */
-    TD_ACT_F16 = 1,  /* f32 -> f16 -> f32, round to nearest even */
-    TD_ACT_BF16 = 2, /* f32 -> bf16 -> f32, round to nearest even */
-    TD_ACT_Q8_0 = 3, /* blocks of 32, f16 scale */
-    TD_ACT_Q8_1 = 4, /* blocks of 32, f16 scale (+ a sum the values do not use) */
-    TD_ACT_Q8_K = 5, /* blocks of 256, f32 scale */
-} td_ref_act_fmt;
-
-/* The format for a weight of td_type `weight_type`; -1 when the type is not
- * a matmul weight type (I8..I64, F64, Q8_1/Q8_K themselves, unknown ids). */
-int td_ref_act_format(int weight_type, td_ref_act_fmt *out);
-
-/* Values per block of the format (1 for F32/F16/BF16, 32, or 256). */
-int64_t td_ref_act_block(td_ref_act_fmt fmt);
-
-/* out (n) = x (n) as the dot product sees it after conversion to `fmt`:
- * the dequantized values d*q of the activation blocks. n is a multiple of
- * td_ref_act_block(fmt). out may alias x. Exact formulas, as on the pinned
- * haswell (AVX2) CPU variant of the llama.cpp peer:
- *   Q8_0 / Q8_1, per block of 32: a = max|x|; d = a/127 (f32), stored as
- *     f16(d) (round to nearest even); q = rint(x * (a ? 127/a : 0)) (f32
- *     product, ties to even), in [-127, 127]; value f16(d) * q.
- *   Q8_K, per block of 256: m = the first x of largest |x|; all 0 when m = 0;
- *     s = -127/m (f32); q = min(127, rint(s * x)) (ties to even); d = 1/s
- *     (f32); value d * q. */
-void td_ref_act_round_f32(float *out, const float *x, int64_t n, td_ref_act_fmt fmt);
+/* Arithmetic profiles (the rules ref and ref32 apply, and their rounding
+ * formulas) are backends/profile.h: both arms accept any profile; ref keeps
+ * everything the rules do not round in f64 (the profile-matched oracle). */
 
 /* ---- f64 primitives --------------------------------------------------- */
 

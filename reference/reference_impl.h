@@ -20,7 +20,7 @@
  *   REAL_DECODE_ROW          td_tensor_decode_row_f64 / _f32
  *   R_SQRT R_EXP R_LOG R_POW R_COS R_SIN R_FLOOR R_CEIL   libm in that precision
  *   REF_NAME REF_PRECISION   "ref" "f64" / "ref32" "f32"
- *   REAL_IS_FLOAT            defined by the f32 build only (the act-q8 profile needs it)
+ *   REAL_IS_FLOAT            defined by the f32 build only
  */
 #include <math.h>
 #include <stdlib.h>
@@ -31,6 +31,12 @@
 
 #define REF_CAT_(a, b) a##_##b
 #define REF_CAT(a, b) REF_CAT_(a, b)
+/* The profile's rounding formulas in this precision (backends/profile.h). */
+#ifdef REAL_IS_FLOAT
+#define ACT_ROUND td_act_round_f32
+#else
+#define ACT_ROUND td_act_round_f64
+#endif
 /* FN(rmsnorm) -> td_ref_rmsnorm_f64 / td_ref_rmsnorm_f32 */
 #define FN(name) REF_CAT(td_ref_##name, REAL_SUFFIX)
 
@@ -41,6 +47,17 @@
 static real dot(const real *a, const real *b, int64_t n) {
     real s = 0;
     for (int64_t i = 0; i < n; i++) s += a[i] * b[i];
+    return s;
+}
+
+/* dot with an f16 accumulator (profile acc-f16): every partial sum is
+ * rounded to f16, in index order. */
+static real dot_acc16(const real *a, const real *b, int64_t n) {
+    real s = 0;
+    for (int64_t i = 0; i < n; i++) {
+        s += a[i] * b[i];
+        ACT_ROUND(&s, &s, 1, TD_ACT_F16);
+    }
     return s;
 }
 
@@ -215,9 +232,11 @@ typedef struct ref_backend {
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
     int64_t max_in, max_out;
-    td_ref_profile profile; // NATIVE, or ACT_Q8 (ref32 only): activations rounded before matmuls
+    td_profile profile; // the arithmetic profile's rules (backends/profile.h)
+    char profile_name[TD_PROFILE_NAME_MAX]; // its canonical spelling
     real *qin;       // (cap_qin) activations of one matmul as the profile rounds them
     int64_t cap_qin;
+    real *k16, *v16; // (kv_cap, Hkv*D) cache rows as attn-f16 rounds them for one step
     ref_acts a;
 } ref_backend;
 
@@ -282,6 +301,10 @@ static void kv_ensure(ref_backend *r, int64_t need) {
         r->v_cache[l] = td_xrealloc(r->v_cache[l], (size_t)cap * row);
     }
     r->att = td_xrealloc(r->att, (size_t)cap * sizeof(real));
+    if (r->profile.rules & TD_RULE_ATTN_F16) {
+        r->k16 = td_xrealloc(r->k16, (size_t)cap * row);
+        r->v16 = td_xrealloc(r->v16, (size_t)cap * row);
+    }
     r->kv_cap = cap;
 }
 
@@ -302,31 +325,35 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
         if (rc) return rc;
         bias = r->bias + row0;
     }
-    if (r->profile == TD_REF_PROFILE_ACT_Q8) {
-        // round every input row once, as llama.cpp converts it for W's type
-        td_ref_act_fmt fmt;
-        if (td_ref_act_format(W->type, &fmt))
-            return td_err_set(err, TD_EINPUT, REF_NAME ": profile act-q8: tensor %s has type %s, not a matmul weight type",
-                              W->cname, td_type_name(W->type));
+    int mm16 = 0, acc16 = 0; // mm-f16: the weight rows are rounded to f16 too; acc-f16: sums in f16
+    {
+        // profile rounding point: every input row once, as the arm converts
+        // it for W's type in a step of T tokens
+        td_act_fmt fmt;
+        if (td_profile_matmul_fmt(&r->profile, W->type, T, n_in, &fmt))
+            return td_err_set(err, TD_EINPUT, REF_NAME ": profile %s: tensor %s has type %s, not a matmul weight type",
+                              r->profile_name, W->cname, td_type_name(W->type));
+        mm16 = fmt == TD_ACT_F32 && td_profile_mm_f16(&r->profile, T);
+        // fp16 GPUs accumulate quantized tiles in f16 (F32/F16 weights in f32)
+        td_act_fmt wf;
+        acc16 = mm16 && (r->profile.rules & TD_RULE_ACC_F16) && !td_act_format(W->type, &wf) && td_act_block(wf) > 1;
+        if (mm16) fmt = TD_ACT_F16; // and each weight row below
         if (fmt != TD_ACT_F32) {
             if (T * n_in > r->cap_qin) {
                 free(r->qin);
                 r->cap_qin = T * n_in;
                 r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
             }
-#ifdef REAL_IS_FLOAT
-            for (int64_t t = 0; t < T; t++) td_ref_act_round_f32(r->qin + t * n_in, in + t * n_in, n_in, fmt);
-#else
-            TD_ASSERT(0 && "act-q8 is an f32 profile (ref_open refuses it here)");
-#endif
+            for (int64_t t = 0; t < T; t++) ACT_ROUND(r->qin + t * n_in, in + t * n_in, n_in, fmt);
             in = r->qin;
         }
     }
     for (int64_t o = 0; o < n_out; o++) {
         int rc = REAL_DECODE_ROW(W, (uint64_t)(row0 + o), r->row, err);
         if (rc) return rc;
+        if (mm16) ACT_ROUND(r->row, r->row, n_in, TD_ACT_F16);
         for (int64_t t = 0; t < T; t++) {
-            real s = dot(r->row, in + t * n_in, n_in);
+            real s = acc16 ? dot_acc16(r->row, in + t * n_in, n_in) : dot(r->row, in + t * n_in, n_in);
             if (bias) s += bias[o];
             out[t * n_out + o] = s;
         }
@@ -356,6 +383,33 @@ static void tap2(td_tap_sink *s, int layer, const char *name, const real *data, 
 /* ===================================================================== */
 /* The forward                                                            */
 /* ===================================================================== */
+
+/* FN(attention) with the softmax probabilities rounded to f16 before they
+ * weight V (profile attn-f16: the context matmul's B operand in f16 tiles). */
+static void attention_probs_f16(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
+                                int64_t T, int64_t H, int64_t Hkv, int64_t D, int acc16) {
+    const real scale = 1 / R_SQRT((real)D);
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t n = pos[t] + 1;
+        for (int64_t h = 0; h < H; h++) {
+            const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
+            const real *qh = q + (t * H + h) * D;
+            for (int64_t s = 0; s < n; s++)
+                att[s] = scale * (acc16 ? dot_acc16 : dot)(qh, k + (s * Hkv + g) * D, D);
+            FN(softmax)(att, att, n);
+            ACT_ROUND(att, att, n, TD_ACT_F16);
+            real *oh = out + (t * H + h) * D;
+            for (int64_t d = 0; d < D; d++) oh[d] = 0;
+            for (int64_t s = 0; s < n; s++) {
+                const real *vs = v + (s * Hkv + g) * D;
+                for (int64_t d = 0; d < D; d++) {
+                    oh[d] += att[s] * vs[d];
+                    if (acc16) ACT_ROUND(&oh[d], &oh[d], 1, TD_ACT_F16);
+                }
+            }
+        }
+    }
+}
 
 /* Attention sub-block of layer l: a->x (T, E) -> a->proj (T, E) = attn_out. */
 static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
@@ -402,8 +456,23 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     real *kc = r->k_cache[l], *vc = r->v_cache[l];
     memcpy(kc + pos0 * Hkv * D, a->k, (size_t)(T * Hkv * D) * sizeof(real));
     memcpy(vc + pos0 * Hkv * D, a->v, (size_t)(T * Hkv * D) * sizeof(real));
-
-    FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
+    if (td_profile_kv_store_f16(&r->profile)) { // profile rounding point: an f16 cache
+        ACT_ROUND(kc + pos0 * Hkv * D, kc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
+        ACT_ROUND(vc + pos0 * Hkv * D, vc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
+    }
+    if (td_profile_attn_qkv_f16(&r->profile, T)) {
+        // profile rounding point: a step of several tokens reads Q, the
+        // cache rows and the probabilities in f16 (the cache itself keeps
+        // its precision); q is not read after attention
+        const int64_t n_kv = pos0 + T;
+        ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
+        ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
+        attention_probs_f16(a->ctx, a->q, r->k16, r->v16, a->pos, r->att, T, H, Hkv, D,
+                            (r->profile.rules & TD_RULE_ACC_F16) != 0);
+    } else {
+        FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
+    }
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
 
     if ((rc = matmul(r, a->proj, a->ctx, L->wo, L->bo, 0, T, H * D, E, err))) return rc;
@@ -583,7 +652,7 @@ static void ref_close(td_backend *b) {
         free(r->v_cache[l]);
     }
     free(r->k_cache), free(r->v_cache), free(r->att);
-    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin);
+    free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin), free(r->k16), free(r->v16);
     acts_free(&r->a);
     free(r);
 }
@@ -666,6 +735,10 @@ static int check_model(const td_model *m, td_err *err) {
 
 static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
 
+static const char *ref_profile_of(const td_backend *b) {
+    return ((const ref_backend *)b)->profile_name;
+}
+
 const td_backend_vt FN(backend) = {
     .name = REF_NAME,
     .precision = REF_PRECISION,
@@ -674,27 +747,26 @@ const td_backend_vt FN(backend) = {
     .reset = ref_reset,
     .close = ref_close,
     .version = ref_version,
+    .profile_of = ref_profile_of,
 };
 
 static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
     *out = NULL;
     if (p && p->inject && p->inject[0])
         return td_err_set(err, TD_EINPUT, REF_NAME ": fault injection '%s' is not available in the reference", p->inject);
-    td_ref_profile profile;
-    if (td_ref_profile_parse(p ? p->profile : NULL, &profile))
-        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is unknown (expected native or act-q8)",
-                          p->profile);
-#ifndef REAL_IS_FLOAT
-    // the profile emulates f32 kernels; in f64 it would be neither the oracle nor the peer
-    if (profile != TD_REF_PROFILE_NATIVE)
-        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s' is only available in ref32", p->profile);
-#endif
+    // any profile: ref32 is then the control of an arm that rounds so, ref
+    // the profile-matched oracle (the same roundings, the rest in f64)
+    td_profile profile;
+    char why[256];
+    if (td_profile_parse(p ? p->profile : NULL, &profile, why, sizeof why))
+        return td_err_set(err, TD_EINPUT, REF_NAME ": arithmetic profile '%s': %s", p->profile, why);
     int rc = check_model(m, err);
     if (rc) return rc;
 
     ref_backend *r = td_xcalloc(1, sizeof *r);
     r->base.vt = &FN(backend);
     r->profile = profile;
+    td_profile_format(&profile, r->profile_name, sizeof r->profile_name);
     r->m = m;
     r->hp = m->hp;
     const td_hparams *hp = &r->hp;

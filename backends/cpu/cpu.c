@@ -11,7 +11,7 @@
  *     dot kernel on the stored row for each token;
  *   - profile act-q8 (opt-in): every input row of a matmul is first rounded
  *     as llama.cpp converts it for the weight's type (Q8_0 / Q8_K blocks,
- *     f16, bf16; reference.h td_ref_act_round_f32 is the definition); the
+ *     f16, bf16; profile.h td_act_round_f32 is the definition); the
  *     dot path then runs the integer kernels on the codes, sgemm and the
  *     types without an integer kernel compute with x' = d*q in f32;
  *   - attention runs one task per (token, head).
@@ -31,6 +31,7 @@
 #include "faults.h"
 #include "pool.h"
 #include "reference.h" /* TD_REF_HIST_W: hist.tokens has the reference's width */
+#include "profile.h"   /* td_act_format: the act-q8 formats */
 #include "td_config.h"
 
 #define NAME "cpu"
@@ -60,7 +61,7 @@ typedef struct cpu_q8 {
 } cpu_q8;
 
 /* The forms an input is prepared in under act-q8: one bit per activation
- * format the weights it feeds convert it to (reference.h td_ref_act_format). */
+ * format the weights it feeds convert it to (profile.h td_act_format). */
 enum { FMT_Q8_0 = 1, FMT_Q8_K = 2, FMT_F16 = 4, FMT_BF16 = 8 };
 
 /* One matmul input (rows, n) in every form the kernels read: f32 with its
@@ -223,8 +224,8 @@ static void mm_task(void *ctx, int64_t task, int th) {
 /* The FMT_* bit a weight of `type` converts its input to under act-q8
  * (0: f32 as is, and always under native). */
 static unsigned act_fmt(const cpu_backend *b, int type) {
-    td_ref_act_fmt f;
-    if (!b->act_q8 || td_ref_act_format(type, &f)) return 0;
+    td_act_fmt f;
+    if (!b->act_q8 || td_act_format(type, &f)) return 0;
     switch (f) {
     case TD_ACT_Q8_0: case TD_ACT_Q8_1: return FMT_Q8_0;
     case TD_ACT_Q8_K: return FMT_Q8_K;

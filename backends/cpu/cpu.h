@@ -8,7 +8,7 @@
  *   - params->profile = "act-q8" (opt-in, declared in the version string):
  *     activations entering a matmul are rounded as llama.cpp's CPU backend
  *     converts them for the weight's type (Q8_0 / Q8_K blocks, f16, bf16;
- *     the definition is reference.h td_ref_act_round_f32, which ref32 uses
+ *     the definition is profile.h td_act_round_f32, which ref32 uses
  *     under the same profile) and multiplied by the codes in integer
  *     arithmetic;
  *   - prefill (T >= TD_CPU_GEMM_MIN_T tokens) through OpenBLAS sgemm on

@@ -12,7 +12,7 @@
  *   "act-q8"  (opt-in, declared) the activation row entering a matmul is
  *             first rounded as llama.cpp's CPU matmul converts it for the
  *             weight's type (quants.md §8; the exact rules are the project's
- *             definition, reference/reference.h td_ref_act_round_f32, which
+ *             definition, backends/profile.h td_act_round_f32, which
  *             ref32 uses to emulate it): Q8_0 blocks of 32 for the legacy
  *             32-value types, Q8_K blocks of 256 for the K-quants (both
  *             below, td_cpu_quantize_act), f16 / bf16 rounding for F16 / BF16
@@ -101,7 +101,7 @@ void td_cpu_xsum(float *xsum, const float *x, int64_t n);
 /* act-q8: quantizes x (n, a multiple of the format's block) into the arrays
  * of a td_cpu_xq8 (q: n, d: n/32, dsum16: n/16, dsum32: n/32) and writes
  * x' = d*q into xd (n) when xd is not NULL; x' is bitwise what
- * td_ref_act_round_f32 gives:
+ * td_act_round_f32 gives:
  *   Q8_0, per 32: a = max|x|; d = f16(a/127); q = rint(x * (a ? 127/a : 0))
  *         (f32 product, ties to even) clamped to [-127, 127]; x' = d*q;
  *   Q8_K, per 256: m = the first x of largest |x| (all 0 when m = 0);

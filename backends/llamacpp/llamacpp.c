@@ -16,7 +16,9 @@
  * one): TD_LLAMACPP_PERTURB=TAP*S, e.g. blk.1.attn_v*1.01, multiplies every
  * F32 node that maps to canonical tap TAP by S in place while the graph runs,
  * so every later node computes with the wrong values (taps must be on: the
- * hook lives in the eval callback). Recorded in the version string. */
+ * hook lives in the eval callback). On a device the node is read, scaled and
+ * written back. TD_LLAMACPP_PERTURB_ARM=NAME (e.g. llamacpp:vulkan) limits it
+ * to that arm. Recorded in the version string. */
 #include "llamacpp.h"
 
 #include <pthread.h>
@@ -25,6 +27,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <ggml-backend.h>
@@ -56,11 +59,22 @@ static char g_variant[32];
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_log_last[512];
 static int g_log_in_error; /* the previous piece was an error (CONT pieces continue it) */
+/* ggml-vulkan states each device's arithmetic capabilities (fp16, int dot,
+ * matrix cores) only in a debug log line: kept per device index. */
+#define LC_MAX_DEV_LINES 8
+static char g_vk_lines[LC_MAX_DEV_LINES][400];
 
 static void log_sink(enum ggml_log_level level, const char *text, void *user) {
     (void)user;
     if (!text) return;
     pthread_mutex_lock(&g_log_mu);
+    unsigned idx = 0;
+    int used = 0;
+    if (!strncmp(text, "ggml_vulkan: ", 13) && sscanf(text + 13, "%u = %n", &idx, &used) == 1 && used > 0 &&
+        idx < LC_MAX_DEV_LINES && strstr(text, "fp16:")) {
+        snprintf(g_vk_lines[idx], sizeof g_vk_lines[idx], "%s", text + 13);
+        g_vk_lines[idx][strcspn(g_vk_lines[idx], "\r\n")] = '\0';
+    }
     if (level == GGML_LOG_LEVEL_ERROR) {
         g_log_last[0] = '\0';
         g_log_in_error = 1;
@@ -119,7 +133,9 @@ static void init_once(void) {
     }
     memcpy(g_variant, v, n + 1);
     char path[1024];
-    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", TD_LLAMACPP_LIBDIR, g_variant);
+    // a relocated copy (ci/device-check.sh's bundle) names its own folder
+    const char *libdir = getenv("TD_LLAMACPP_LIBDIR");
+    snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", libdir && *libdir ? libdir : TD_LLAMACPP_LIBDIR, g_variant);
     // Release builds fail silently here: the device count is the check.
     if (!ggml_backend_load(path) || !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
         g_init_rc = TD_SKIP;
@@ -142,6 +158,133 @@ int td_llamacpp_init(td_err *err) {
 
 const char *td_llamacpp_cpu_variant(void) {
     return g_variant[0] ? g_variant : NULL;
+}
+
+/* ---- GPU arms: llama.cpp's device backends, loaded at run time --------- */
+
+typedef enum lc_kind { LC_CPU = 0, LC_VULKAN = 1, LC_CUDA = 2 } lc_kind;
+
+static const char *const kind_name[] = {"cpu", "vulkan", "cuda"};
+
+typedef struct lc_gpu {
+    pthread_once_t once;
+    int rc;
+    char msg[1024];
+    ggml_backend_dev_t dev;
+    char desc[256]; /* the device's own name */
+    char caps[400]; /* ggml-vulkan's capability line, "" for CUDA */
+    int fp16, int_dot, coopmat;
+} lc_gpu;
+
+static lc_gpu g_gpu[3] = {{.once = PTHREAD_ONCE_INIT}, {.once = PTHREAD_ONCE_INIT}, {.once = PTHREAD_ONCE_INIT}};
+
+static void setenv_default(const char *name, const char *value) {
+    const char *v = getenv(name);
+    if (!v || !*v) setenv(name, value, 1);
+}
+
+/* The integer after "key: " in a capability line; -1 when absent. */
+static int cap_int(const char *line, const char *key) {
+    const char *p = strstr(line, key);
+    if (!p) return -1;
+    p += strlen(key);
+    while (*p == ' ') p++;
+    if (!strncmp(p, "dot2", 4)) return 1;
+    return *p >= '0' && *p <= '9' ? atoi(p) : -1;
+}
+
+static void gpu_init(lc_kind k) {
+    lc_gpu *g = &g_gpu[k];
+    td_err e = {{0}};
+    if ((g->rc = td_llamacpp_init(&e))) {
+        snprintf(g->msg, sizeof g->msg, "%s", e.msg);
+        return;
+    }
+    const char *lib = getenv(k == LC_VULKAN ? "TD_LLAMACPP_VULKAN_LIB" : "TD_LLAMACPP_CUDA_LIB");
+    if (!lib || !*lib) lib = k == LC_VULKAN ? TD_LLAMACPP_VULKAN_LIB : TD_LLAMACPP_CUDA_LIB;
+    const char *fetch = k == LC_VULKAN ? "ci/fetch-llamacpp.sh" : "ci/fetch-llamacpp.sh --cuda";
+    if (access(lib, R_OK)) {
+        g->rc = TD_SKIP;
+        snprintf(g->msg, sizeof g->msg, "llamacpp:%s: %s is not there: run %s", kind_name[k], lib, fetch);
+        return;
+    }
+    if (k == LC_VULKAN) {
+        // lavapipe is a CPU-type device that ggml-vulkan skips unless named
+        setenv_default("GGML_VK_VISIBLE_DEVICES", "0");
+        setenv_default("XDG_RUNTIME_DIR", "/tmp");
+        // Taps must not change what they observe: each observed node splits
+        // the graph there, so a fused kernel (rms_norm+mul, multi-add, ...)
+        // would run untapped and not tapped, with other roundings (measured:
+        // 699 of 4608 logits differed). The arm computes unfused, always.
+        setenv_default("GGML_VK_DISABLE_FUSION", "1");
+        setenv_default("GGML_VK_DISABLE_MULTI_ADD", "1");
+        // Mesa compiles every pipeline on first use (minutes on lavapipe):
+        // one stable cache folder for every run and test of this user
+        const char *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
+        char dir[900];
+        if (xdg && *xdg)
+            snprintf(dir, sizeof dir, "%.800s/tapdiff/mesa_shader_cache", xdg);
+        else
+            snprintf(dir, sizeof dir, "%.800s/.cache/tapdiff/mesa_shader_cache", home && *home ? home : "/tmp");
+        setenv_default("MESA_SHADER_CACHE_DIR", dir);
+        // Mesa creates only the last folder of the path (else it disables the cache)
+        char mk[900];
+        snprintf(mk, sizeof mk, "%s", getenv("MESA_SHADER_CACHE_DIR"));
+        for (char *c = mk + 1; *c; c++)
+            if (*c == '/') {
+                *c = '\0';
+                mkdir(mk, 0755);
+                *c = '/';
+            }
+        mkdir(mk, 0755);
+    }
+    log_clear();
+    ggml_backend_reg_t reg = ggml_backend_load(lib);
+    char why[512];
+    if (!reg) {
+        g->rc = TD_SKIP;
+        snprintf(g->msg, sizeof g->msg, "llamacpp:%s: cannot load %s (%s)%s", kind_name[k], lib,
+                 log_last(why, sizeof why),
+                 k == LC_VULKAN ? "; it needs libvulkan.so.1 and a Vulkan driver (Debian libvulkan1, and "
+                                  "mesa-vulkan-drivers for lavapipe on a machine without a GPU; "
+                                  "GGML_VK_VISIBLE_DEVICES picks the device)"
+                                : "; it needs the CUDA 13 runtime, cuBLAS and an NVIDIA driver");
+        return;
+    }
+    const size_t n = ggml_backend_reg_dev_count(reg);
+    const char *env = getenv(k == LC_VULKAN ? "TD_LLAMACPP_VULKAN_DEVICE" : "TD_LLAMACPP_CUDA_DEVICE");
+    const size_t idx = env && *env ? (size_t)strtoul(env, NULL, 10) : 0;
+    if (idx >= n) {
+        g->rc = TD_SKIP;
+        snprintf(g->msg, sizeof g->msg, "llamacpp:%s: no %s device %zu here (%zu found)", kind_name[k],
+                 k == LC_VULKAN ? "Vulkan" : "CUDA", idx, n);
+        return;
+    }
+    g->dev = ggml_backend_reg_dev_get(reg, idx);
+    snprintf(g->desc, sizeof g->desc, "%s", ggml_backend_dev_description(g->dev));
+    g->fp16 = g->int_dot = g->coopmat = 0;
+    if (k == LC_VULKAN) {
+        pthread_mutex_lock(&g_log_mu);
+        snprintf(g->caps, sizeof g->caps, "%s", idx < LC_MAX_DEV_LINES ? g_vk_lines[idx] : "");
+        pthread_mutex_unlock(&g_log_mu);
+        g->fp16 = cap_int(g->caps, "fp16:") > 0;
+        g->int_dot = cap_int(g->caps, "int dot:") > 0;
+        const char *mc = strstr(g->caps, "matrix cores:");
+        g->coopmat = mc && !strstr(mc, "none");
+    } else {
+        g->fp16 = 1; // CUDA devices compute f16 tiles in cuBLAS and the mmq path (not measured here)
+        g->int_dot = 1;
+    }
+    g->rc = TD_OK;
+}
+
+static void gpu_init_vulkan(void) { gpu_init(LC_VULKAN); }
+static void gpu_init_cuda(void) { gpu_init(LC_CUDA); }
+
+static int gpu_ready(lc_kind k, td_err *err) {
+    pthread_once(&g_gpu[k].once, k == LC_VULKAN ? gpu_init_vulkan : gpu_init_cuda);
+    if (g_gpu[k].rc) return td_err_set(err, g_gpu[k].rc, "%s", g_gpu[k].msg);
+    return TD_OK;
 }
 
 /* ===================================================================== */
@@ -173,7 +316,8 @@ static const node_rule rules[] = {
     {"Kcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_k_norm", W_KV, TD_DT_F32},
     {"Qcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_q_rope", W_Q, TD_DT_F32},
     {"Kcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_k_rope", W_KV, TD_DT_F32},
-    {"kqv_out", 1, {GGML_OP_CONT, GGML_OP_CONT}, "attn_ctx", W_Q, TD_DT_F32},
+    // flash attention: a RESHAPE view of the FLASH_ATTN_EXT node
+    {"kqv_out", 1, {GGML_OP_CONT, GGML_OP_RESHAPE}, "attn_ctx", W_Q, TD_DT_F32},
     {"attn_out", 1, {GGML_OP_MUL_MAT, GGML_OP_ADD}, "attn_out", W_E, TD_DT_F32},
     {"ffn_inp", 1, {GGML_OP_ADD, GGML_OP_ADD}, "ffn_inp", W_E, TD_DT_F32},
     {"ffn_norm", 1, {GGML_OP_MUL, GGML_OP_MUL}, "ffn_norm", W_E, TD_DT_F32},
@@ -281,6 +425,9 @@ typedef struct lc_obs {
 
 typedef struct lc_backend {
     td_backend base;
+    lc_kind kind;
+    int flash_attn;
+    char profile[128]; /* what this arm computes with, from its device */
     const td_model *m;
     struct llama_model *lm;
     struct llama_context *lctx;
@@ -291,7 +438,7 @@ typedef struct lc_backend {
     int threads;
     int64_t hist[TD_REF_HIST_W];
     int n_hist;
-    char version[512];
+    char version[1024];
     lc_obs obs;
 } lc_backend;
 
@@ -544,12 +691,21 @@ static int observe(lc_obs *o, const struct ggml_tensor *t) {
         for (int d = 0; d <= top; d++) c->shape[d] = d == top ? ne0_used : t->ne[top - d];
     }
     if (o->kind == WANT_CANON && o->perturb[0] && !strcmp(o->want_name, o->perturb)) {
-        // the test hook: the graph goes on with the scaled values
-        if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !t->buffer || !ggml_backend_buffer_is_host(t->buffer))
+        // the test hook: the graph goes on with the scaled values (on a
+        // device: read, scale, write back before the next node runs)
+        if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !t->buffer)
             return obs_fail(o, TD_EINPUT, "llamacpp: TD_LLAMACPP_PERTURB: node '%s' (tap %s) is not a contiguous "
-                            "host F32 tensor", t->name, o->want_name);
+                            "F32 tensor", t->name, o->want_name);
+        const int host = ggml_backend_buffer_is_host(t->buffer);
+        const size_t nb = ggml_nbytes(t);
         float *v = t->data;
+        if (!host) {
+            o->raw = grow(o->raw, &o->raw_cap, nb);
+            ggml_backend_tensor_get((struct ggml_tensor *)t, o->raw, 0, nb);
+            v = (float *)o->raw;
+        }
         for (int64_t i = 0; i < ggml_nelements(t); i++) v[i] *= o->perturb_scale;
+        if (!host) ggml_backend_tensor_set((struct ggml_tensor *)t, o->raw, 0, nb);
     }
     c->data = grow(c->data, &c->cap, (size_t)(n ? n : 1) * 4);
     int rc = convert(o, t, ne0_used, o->want_dtype == TD_DT_I32, c->data);
@@ -610,22 +766,62 @@ static int env_flag(const char *name) {
     return v && *v && strcmp(v, "0");
 }
 
-static int lc_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+/* The arithmetic this arm computes with, from what its device does
+ * (../shared/spec/llamacpp-peer.md, measured on lavapipe):
+ *   CPU: 8-bit activations before quantized matmuls (act-q8);
+ *   GPU: steps of several tokens convert the attention operands (Q and the
+ *   permuted K/V cache views) to f16 (attn-f16); devices with integer dot
+ *   products quantize activations of quantized matmuls to q8_1 blocks
+ *   (act-q8_1); with flash attention K and V are cast to f16 on every
+ *   backend (fa-f16). */
+static void declare_profile(lc_backend *s) {
+    char *p = s->profile;
+    const size_t n = sizeof s->profile;
+    if (s->kind == LC_CPU) {
+        snprintf(p, n, "%s", TD_PROFILE_ACT_Q8);
+    } else {
+        const lc_gpu *g = &g_gpu[s->kind];
+        // fp16 devices load the tiled matmul (steps of more than 8 tokens;
+        // attention at any step of several tokens) into f16 tiles
+        snprintf(p, n, "%s", g->fp16 ? "attn-f16+mm-f16@8" : "native");
+        if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
+    }
+    if (s->flash_attn) {
+        if (!strcmp(p, "native")) p[0] = '\0';
+        snprintf(p + strlen(p), n - strlen(p), "%sfa-f16", p[0] ? "+" : "");
+    }
+}
+
+static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
     *out = NULL;
+    const char *arm = kind == LC_CPU ? "llamacpp" : kind == LC_VULKAN ? "llamacpp:vulkan" : "llamacpp:cuda";
     int rc = td_llamacpp_init(err);
     if (rc) return rc;
+    if (kind != LC_CPU && (rc = gpu_ready(kind, err))) return rc;
     if (p && p->inject && p->inject[0])
-        return td_err_set(err, TD_EINPUT, "llamacpp: fault injection '%s' is not available in the llama.cpp peer",
+        return td_err_set(err, TD_EINPUT, "%s: fault injection '%s' is not available in the llama.cpp peer", arm,
                           p->inject);
-    // llama.cpp computes one way: asking for it by its profile's name is fine
-    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, "act-q8"))
-        return td_err_set(err, TD_EINPUT,
-                          "llamacpp: arithmetic profile '%s' is not llama.cpp's (it computes act-q8; native means the same)",
-                          p->profile);
     const char *path = m->gguf ? m->gguf->path : NULL;
-    if (!path) return td_err_set(err, TD_EINPUT, "llamacpp: the model has no file path to give llama.cpp");
+    if (!path) return td_err_set(err, TD_EINPUT, "%s: the model has no file path to give llama.cpp", arm);
 
     lc_backend *s = td_xcalloc(1, sizeof *s);
+    s->kind = kind;
+    // flash attention fuses attention into one node and casts K/V to f16;
+    // on request only, on the GPU arms (the CPU arm keeps the measured
+    // deterministic settings)
+    s->flash_attn = kind != LC_CPU && env_flag("TD_LLAMACPP_FLASH_ATTN");
+    declare_profile(s);
+    // llama.cpp computes one way: asking for it by its profile's name is fine
+    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, s->profile)) {
+        const char *want = p->profile;
+        char decl[sizeof s->profile];
+        memcpy(decl, s->profile, sizeof decl);
+        free(s);
+        return td_err_set(err, TD_EINPUT,
+                          "%s: arithmetic profile '%s' is not what this arm computes (it computes %s; native means the "
+                          "same)",
+                          arm, want, decl);
+    }
     s->m = m;
     s->n_ctx = p && p->n_ctx ? p->n_ctx : m->hp.n_ctx_train;
     if (s->n_ctx < 1) s->n_ctx = 4096;
@@ -635,6 +831,9 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
     s->obs.hp = &m->hp;
     s->obs.all_nodes = env_flag("TD_LLAMACPP_ALL_NODES");
     const char *pert = getenv("TD_LLAMACPP_PERTURB");
+    // one arm of a bisect that runs several llama.cpp arms in one process
+    const char *pert_arm = getenv("TD_LLAMACPP_PERTURB_ARM");
+    if (pert_arm && *pert_arm && strcmp(pert_arm, arm)) pert = NULL;
     if (pert && *pert) {
         const char *star = strrchr(pert, '*');
         char *end = NULL;
@@ -651,7 +850,13 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
 
     char why[512];
     struct llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
+    // an explicit device list: with a GPU backend loaded in this process the
+    // default (NULL) would offload the CPU arm too
+    ggml_backend_dev_t devs[2] = {kind == LC_CPU ? NULL : g_gpu[kind].dev, NULL};
+    mp.devices = devs;
+    mp.n_gpu_layers = kind == LC_CPU ? 0 : 100000;
+    mp.split_mode = LLAMA_SPLIT_MODE_NONE;
+    mp.main_gpu = 0;
     mp.use_extra_bufts = false; // no weight repacking
     mp.progress_callback = load_progress;
     log_clear();
@@ -678,7 +883,9 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
     cp.n_batch = cp.n_ubatch = (uint32_t)s->n_ctx; // a prefill is one graph
     cp.n_seq_max = 1;
     cp.n_threads = cp.n_threads_batch = s->threads;
-    cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED; // else one fused node and an F16 K/V
+    cp.flash_attn_type = s->flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+    cp.offload_kqv = kind != LC_CPU;
+    cp.op_offload = kind != LC_CPU;
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.cb_eval = eval_cb;
     cp.cb_eval_user_data = &s->obs;
@@ -693,10 +900,19 @@ static int lc_open(td_backend **out, const td_model *m, const td_backend_params 
     }
     s->batch = llama_batch_init((int32_t)s->n_ctx, 0, 1);
 
-    snprintf(s->version, sizeof s->version,
-             "llama.cpp %s (%s), ggml-cpu-%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
-             llama_version(), TD_LLAMACPP_FETCHED, g_variant, (long long)s->n_ctx, s->threads,
-             s->obs.all_nodes ? ", all nodes" : "");
+    if (kind == LC_CPU)
+        snprintf(s->version, sizeof s->version,
+                 "llama.cpp %s (%s), ggml-cpu-%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
+                 llama_version(), TD_LLAMACPP_FETCHED, g_variant, (long long)s->n_ctx, s->threads,
+                 s->obs.all_nodes ? ", all nodes" : "");
+    else // the device and what changes its arithmetic are provenance
+        snprintf(s->version, sizeof s->version,
+                 "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
+                 "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s",
+                 llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
+                 g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat, s->flash_attn ? "on" : "off",
+                 getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
+                 (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "");
     if (s->obs.perturb[0]) { // provenance: this arm is wrong on purpose
         size_t len = strlen(s->version);
         snprintf(s->version + len, sizeof s->version - len, ", PERTURBED %s x %g", s->obs.perturb,
@@ -793,6 +1009,36 @@ static const char *lc_version(const td_backend *b) {
     return ((const lc_backend *)b)->version;
 }
 
+static const char *lc_profile_of(const td_backend *b) {
+    return ((const lc_backend *)b)->profile;
+}
+
+static int lc_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+    return lc_open_kind(LC_CPU, out, m, p, err);
+}
+static int lc_open_vulkan(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+    return lc_open_kind(LC_VULKAN, out, m, p, err);
+}
+static int lc_open_cuda(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
+    return lc_open_kind(LC_CUDA, out, m, p, err);
+}
+
+static int probe_kind(lc_kind k, char *why, size_t n) {
+    td_err e = {{0}};
+    int rc = td_llamacpp_init(&e);
+    if (!rc && k != LC_CPU) rc = gpu_ready(k, &e);
+    if (rc)
+        snprintf(why, n, "%s", e.msg);
+    else if (k == LC_CPU)
+        snprintf(why, n, "ggml-cpu-%s", g_variant);
+    else
+        snprintf(why, n, "%s%s%s", g_gpu[k].desc, g_gpu[k].caps[0] ? ": " : "", g_gpu[k].caps);
+    return rc;
+}
+static int lc_probe(char *why, size_t n) { return probe_kind(LC_CPU, why, n); }
+static int lc_probe_vulkan(char *why, size_t n) { return probe_kind(LC_VULKAN, why, n); }
+static int lc_probe_cuda(char *why, size_t n) { return probe_kind(LC_CUDA, why, n); }
+
 const td_backend_vt td_llamacpp_backend = {
     .name = "llamacpp",
     .precision = "f32",
@@ -803,4 +1049,37 @@ const td_backend_vt td_llamacpp_backend = {
     .version = lc_version,
     // the CPU matmul rounds activations to Q8_0 / Q8_K blocks (quants.md §8)
     .profile = "act-q8",
+    .profile_of = lc_profile_of,
+    .probe = lc_probe,
+};
+
+/* The same adapter on llama.cpp's Vulkan backend (any Vulkan device,
+ * lavapipe on a machine without a GPU). The declared profile below is the
+ * usual one (fp16 device, no integer dot); each instance declares its
+ * device's own. */
+const td_backend_vt td_llamacpp_vulkan_backend = {
+    .name = "llamacpp:vulkan",
+    .precision = "f32",
+    .open = lc_open_vulkan,
+    .forward = lc_forward,
+    .reset = lc_reset,
+    .close = lc_close,
+    .version = lc_version,
+    .profile = "attn-f16+mm-f16@8",
+    .profile_of = lc_profile_of,
+    .probe = lc_probe_vulkan,
+};
+
+/* ... and on llama.cpp's CUDA backend (fetched with --cuda only). */
+const td_backend_vt td_llamacpp_cuda_backend = {
+    .name = "llamacpp:cuda",
+    .precision = "f32",
+    .open = lc_open_cuda,
+    .forward = lc_forward,
+    .reset = lc_reset,
+    .close = lc_close,
+    .version = lc_version,
+    .profile = "attn-f16+act-q8_1@0+mm-f16@8",
+    .profile_of = lc_profile_of,
+    .probe = lc_probe_cuda,
 };

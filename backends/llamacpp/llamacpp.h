@@ -30,8 +30,14 @@
 extern "C" {
 #endif
 
-/* The backend table, "llamacpp" (registered in backends/registry.c). */
+/* The backend tables (registered in backends/registry.c): "llamacpp" (CPU),
+ * "llamacpp:vulkan" and "llamacpp:cuda" (llama.cpp's device backends, loaded
+ * at run time from .deps/llamacpp-vulkan and .deps/llamacpp-cuda; open and
+ * probe give TD_SKIP with the reason when the library, its runtime or a
+ * device is missing). */
 extern const td_backend_vt td_llamacpp_backend;
+extern const td_backend_vt td_llamacpp_vulkan_backend;
+extern const td_backend_vt td_llamacpp_cuda_backend;
 
 /* Process-wide set-up, done once (later calls return the first result):
  * silences llama.cpp's logging, loads the pinned CPU variant, then

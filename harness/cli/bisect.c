@@ -6,6 +6,7 @@
  * arithmetic profile, so the budget measures the same arithmetic choices), prints the verdict, writes the reports and
  * exits with the verdict (0 conformant, 1 divergent). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -16,6 +17,7 @@
 #include "args.h"
 #include "cli.h"
 #include "faults.h"
+#include "profile.h"
 #include "compare.h"
 #include "extarm.h"
 #include "report.h"
@@ -26,7 +28,7 @@ static const char *const bisect_help =
     "                      --prompt TEXT | --prompt-file F)\n"
     "                      [--steps N] [--control-arm ARM|none] [--out-dir DIR] [--report DIR]\n"
     "                      [--control-profile P] [--k N] [--filter PATTERN] [--threads N]\n"
-    "                      [--inject FAULT] [--json] [--quiet]\n"
+    "                      [--inject FAULT] [--oracle ARM|none] [--json] [--quiet]\n"
     "       tapdiff bisect --list-faults\n"
     "\n"
     "Runs arm A (the reference) greedy over the prompt and N decode steps, then arm B and the\n"
@@ -36,6 +38,15 @@ static const char *const bisect_help =
     "  --a ARM, --b ARM     backends (ref, ref32, ...): A is the reference, B the candidate;\n"
     "                       exec:PROGRAM runs any program as the arm (README \"Bring your own\n"
     "                       engine\": TAPDIFF_* environment variables in, a tap file out)\n"
+    "  --oracle ARM|none    three-arm mode (the default when A is not ref or ref32 and no\n"
+    "                       --control-arm is given): each arm is judged against the oracle\n"
+    "                       (default ref) run with that arm's own arithmetic profile, with\n"
+    "                       ref32 under the same profile as its control; A and B are also\n"
+    "                       compared directly (control: ref32 with B's profile against A).\n"
+    "                       The verdict names the arm that is wrong first (tap, step), or\n"
+    "                       says both are conformant and their difference is rounding.\n"
+    "                       Each arm's distance to the plain oracle is reported too.\n"
+    "                       none: the two-arm comparison of B against A\n"
     "  --prompt TEXT        the prompt as text, tokenized with the model's tokenizer; the\n"
     "                       tap files record it (root attribute `prompt`)\n"
     "  --prompt-file F      the same from a file, byte for byte\n"
@@ -66,6 +77,7 @@ static const char *const bisect_help =
 
 typedef struct bisect_args {
     const char *model, *a, *b, *ctrl, *ctrl_profile, *tokens, *tokens_file, *out_dir, *report, *filter, *inject;
+    const char *oracle; /* three-arm mode: the oracle arm; NULL = two-arm */
     const char *prompt, *prompt_file;
     const char *prompt_text; /* set once read: recorded in every arm's tap file */
     long long steps, threads;
@@ -137,6 +149,7 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         else if (!strcmp(arg, "--report")) a->report = v;
         else if (!strcmp(arg, "--filter")) a->filter = v;
         else if (!strcmp(arg, "--inject")) a->inject = v;
+        else if (!strcmp(arg, "--oracle")) a->oracle = v;
         else if (!strcmp(arg, "--steps")) {
             if (parse_ll(v, 0, 1000000, &a->steps))
                 return td_cli_failf("bisect", TD_EUSAGE, "--steps: expected a count >= 0, got '%s'", v);
@@ -156,13 +169,27 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         return td_cli_failf("bisect", TD_EUSAGE, "--model, --a and --b are required (see tapdiff bisect --help)");
     if (!!a->tokens + !!a->tokens_file + !!a->prompt + !!a->prompt_file != 1)
         return td_cli_failf("bisect", TD_EUSAGE, "give exactly one of --tokens, --tokens-file, --prompt and --prompt-file");
+    // any two arms, neither of them the reference: the reference judges both
+    // (an external arm is judged two-arm: it declares no profile for the oracle to match)
+    if (!a->oracle && !a->ctrl && strcmp(a->a, "ref") && strcmp(a->a, "ref32") && !td_extarm_is(a->a) &&
+        !td_extarm_is(a->b))
+        a->oracle = "ref";
+    if (a->oracle && !strcmp(a->oracle, "none")) a->oracle = NULL;
+    if (a->oracle && (td_extarm_is(a->a) || td_extarm_is(a->b)))
+        return td_cli_failf("bisect", TD_EUSAGE, "three-arm mode (--oracle) needs built-in arms: use --oracle none");
+    if (a->oracle && (a->ctrl || a->ctrl_profile || a->inject))
+        return td_cli_failf("bisect", TD_EUSAGE,
+                            "--oracle (three-arm mode) picks each arm's control itself: --control-arm, "
+                            "--control-profile and --inject need --oracle none");
     if (!a->ctrl) a->ctrl = !strcmp(a->a, "ref") ? "ref32" : "none";
-    const char *arms[3] = {a->a, a->b, strcmp(a->ctrl, "none") ? a->ctrl : NULL};
+    const char *arms[4] = {a->a, a->b, strcmp(a->ctrl, "none") ? a->ctrl : NULL, a->oracle};
     if (arms[2] && td_extarm_is(arms[2]))
         return td_cli_failf("bisect", TD_EUSAGE, "the control arm must be a built-in backend, not %s", arms[2]);
+    if (a->oracle && td_extarm_is(a->oracle))
+        return td_cli_failf("bisect", TD_EUSAGE, "the oracle must be a built-in backend, not %s", a->oracle);
     if (a->inject && td_extarm_is(a->b))
         return td_cli_failf("bisect", TD_EUSAGE, "--inject needs a built-in backend as B, not %s", a->b);
-    for (int i = 0; i < 3; i++)
+    for (int i = 0; i < 4; i++)
         if (arms[i] && !td_extarm_is(arms[i]) && !td_backend_find(arms[i])) {
             char names[256];
             td_backend_names(names, sizeof names);
@@ -172,11 +199,6 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         }
     if (!arms[2] && a->ctrl_profile)
         return td_cli_failf("bisect", TD_EUSAGE, "--control-profile needs a control arm (--control-arm is none)");
-    if (!a->ctrl_profile) { // B's declared arithmetic, so the budget compares like with like
-        // an external arm declares nothing: native
-        const char *declared = td_extarm_is(a->b) ? NULL : td_backend_find(a->b)->profile;
-        a->ctrl_profile = declared ? declared : "native";
-    }
     return 0;
 }
 
@@ -218,6 +240,229 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
     return rc;
 }
 
+static char *join(const char *dir, const char *prefix, const char *arm);
+
+/* ---- Three-arm mode ------------------------------------------------------ */
+
+/* What one arm's column shows. */
+typedef struct arm_col {
+    const char *arm;
+    char profile[TD_PROFILE_NAME_MAX];
+    char *path, *oracle_path, *ctrl_path;
+    td_run_result run, oracle, ctrl;
+    td_cmp_result *cr;
+    double logits_vs_oracle, logits_vs_plain; /* rel. L2 of the last-position logits, all steps */
+} arm_col;
+
+/* ||x - y|| / ||y|| over n values. */
+static double rel_l2(const double *x, const double *y, int64_t n) {
+    double num = 0, den = 0;
+    for (int64_t i = 0; i < n; i++) {
+        const double d = x[i] - y[i];
+        num += d * d;
+        den += y[i] * y[i];
+    }
+    return den > 0 ? sqrt(num / den) : (num > 0 ? INFINITY : 0);
+}
+
+static const td_cmp_tap *first_tap(const td_cmp_result *r) {
+    return r && r->verdict != TD_OK && r->first >= 0 ? &r->taps[r->first] : NULL;
+}
+
+static double worst_ratio(const td_cmp_result *r, const char **name, int64_t *step) {
+    double w = 0;
+    *name = "-";
+    *step = -1;
+    for (int64_t i = 0; i < r->n_taps; i++)
+        if (r->taps[i].ratio > w) w = r->taps[i].ratio, *name = r->taps[i].name, *step = r->taps[i].step;
+    return w;
+}
+
+/* -1 when x went wrong before y (earlier step, then earlier layer), 1 after, 0 when undecided. */
+static int earlier(const td_cmp_tap *x, const td_cmp_tap *y) {
+    if (x->step != y->step) return x->step < y->step ? -1 : 1;
+    if (x->layer != y->layer) return x->layer < y->layer ? -1 : 1;
+    return 0;
+}
+
+static void col_first(const arm_col *c, char *buf, size_t n) {
+    const td_cmp_tap *t = first_tap(c->cr);
+    if (!t)
+        snprintf(buf, n, "-");
+    else
+        snprintf(buf, n, "%s step %lld (r %.3g)", t->name, (long long)t->step, t->ratio);
+}
+
+static cJSON *col_json(const arm_col *c) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddStringToObject(o, "arm", c->arm);
+    cJSON_AddStringToObject(o, "profile", c->profile);
+    cJSON_AddStringToObject(o, "verdict", c->cr->verdict == TD_OK ? "conformant" : "divergent");
+    const td_cmp_tap *t = first_tap(c->cr);
+    if (t) {
+        cJSON_AddStringToObject(o, "first_tap", t->name);
+        cJSON_AddNumberToObject(o, "first_step", (double)t->step);
+        cJSON_AddNumberToObject(o, "first_ratio", t->ratio);
+    }
+    const char *wn;
+    int64_t ws;
+    cJSON_AddNumberToObject(o, "worst_ratio", worst_ratio(c->cr, &wn, &ws));
+    cJSON_AddStringToObject(o, "worst_tap", wn);
+    cJSON_AddNumberToObject(o, "logits_vs_oracle", c->logits_vs_oracle);
+    cJSON_AddNumberToObject(o, "logits_vs_plain_oracle", c->logits_vs_plain);
+    char *js = td_report_json(c->cr);
+    cJSON *cmp = cJSON_Parse(js);
+    free(js);
+    if (cmp) cJSON_AddItemToObject(o, "compare", cmp);
+    return o;
+}
+
+/* Runs A (greedy), then B, and for each arm the oracle and ref32 with that
+ * arm's profile, pinned to A's tokens; the plain oracle once (no taps);
+ * compares each arm with its oracle (control: ref32 with its profile) and A
+ * with B directly (control: ref32 with B's profile, against A). */
+static int three_arm(const bisect_args *a, const td_model *m, const int32_t *prompt, int64_t n_prompt, td_err *err) {
+    arm_col col[2] = {{.arm = a->a}, {.arm = a->b}};
+    td_run_result plain = {0};
+    td_cmp_result *direct = NULL;
+    char *rep = NULL;
+    int rc;
+    const char *ctrl_arm = "ref32";
+    for (int i = 0; i < 2; i++) {
+        const char *pre = i ? "B-" : "A-";
+        col[i].path = join(a->out_dir, pre, col[i].arm);
+        char buf[64];
+        snprintf(buf, sizeof buf, "%soracle-", pre);
+        col[i].oracle_path = join(a->out_dir, buf, a->oracle);
+        snprintf(buf, sizeof buf, "%scontrol-", pre);
+        col[i].ctrl_path = join(a->out_dir, buf, ctrl_arm);
+    }
+    if ((rc = run_arm(a, m, col[0].arm, col[0].path, prompt, n_prompt, NULL, NULL, NULL, &col[0].run, err))) goto out;
+    if ((rc = run_arm(a, m, col[1].arm, col[1].path, prompt, n_prompt, col[0].run.fed, NULL, NULL, &col[1].run, err)))
+        goto out;
+    const int32_t *fed = col[0].run.fed;
+    if ((rc = run_arm(a, m, a->oracle, NULL, prompt, n_prompt, fed, NULL, "native", &plain, err))) goto out;
+    const int64_t nl = col[0].run.n_forwards * col[0].run.n_vocab;
+    td_cmp_options o = td_cmp_options_default();
+    if (a->k > 0) o.k = a->k;
+    o.filter = a->filter;
+    o.allow_token_mismatch = 1;
+    for (int i = 0; i < 2; i++) {
+        arm_col *c = &col[i];
+        snprintf(c->profile, sizeof c->profile, "%s", c->run.profile[0] ? c->run.profile : "native");
+        if ((rc = run_arm(a, m, a->oracle, c->oracle_path, prompt, n_prompt, fed, NULL, c->profile, &c->oracle, err)))
+            goto out;
+        if ((rc = run_arm(a, m, ctrl_arm, c->ctrl_path, prompt, n_prompt, fed, NULL, c->profile, &c->ctrl, err)))
+            goto out;
+        o.control = c->ctrl_path;
+        if ((rc = td_compare(c->oracle_path, c->path, &o, &c->cr, err))) goto out;
+        c->logits_vs_oracle = rel_l2(c->run.logits, c->oracle.logits, nl);
+        c->logits_vs_plain = rel_l2(c->run.logits, plain.logits, nl);
+    }
+    o.control = col[1].ctrl_path;
+    if ((rc = td_compare(col[0].path, col[1].path, &o, &direct, err))) goto out;
+
+    // the verdict: which arm is wrong first, or both conformant
+    const td_cmp_tap *fa = first_tap(col[0].cr), *fb = first_tap(col[1].cr);
+    const char *wrong = NULL; /* "a", "b", "both" */
+    char verdict[600];
+    if (!fa && !fb) {
+        snprintf(verdict, sizeof verdict,
+                 "both arms conformant with the %s oracle under their own profiles; their difference is rounding "
+                 "(direct comparison: %s)",
+                 a->oracle, direct->verdict == TD_OK ? "conformant" : "divergent beyond the control pair's budget");
+    } else {
+        const int order = fa && fb ? earlier(fa, fb) : fa ? -1 : 1;
+        const int ia = order <= 0 && fa ? 0 : 1;
+        const td_cmp_tap *t = ia == 0 ? fa : fb;
+        wrong = fa && fb ? (order == 0 ? "both" : order < 0 ? "a" : "b") : fa ? "a" : "b";
+        snprintf(verdict, sizeof verdict, "%s %s (%s) is wrong first: %s at step %lld (r %.3g)%s",
+                 !strcmp(wrong, "both") ? "both arms wrong at the same point;" : "arm", ia == 0 ? "A" : "B",
+                 col[ia].arm, t->name, (long long)t->step, t->ratio,
+                 fa && fb ? "; the other arm diverges too (see its column)" : "; the other arm is conformant");
+    }
+
+    if (a->json) {
+        cJSON *j = cJSON_CreateObject();
+        cJSON_AddStringToObject(j, "schema", "tapdiff-bisect3");
+        cJSON_AddNumberToObject(j, "version", 1);
+        cJSON_AddStringToObject(j, "oracle", a->oracle);
+        cJSON_AddStringToObject(j, "control_arm", ctrl_arm);
+        cJSON_AddStringToObject(j, "verdict", wrong ? "divergent" : "conformant");
+        if (wrong)
+            cJSON_AddStringToObject(j, "wrong_arm", wrong);
+        else
+            cJSON_AddNullToObject(j, "wrong_arm");
+        cJSON_AddStringToObject(j, "summary", verdict);
+        cJSON_AddItemToObject(j, "a", col_json(&col[0]));
+        cJSON_AddItemToObject(j, "b", col_json(&col[1]));
+        char *js = td_report_json(direct);
+        cJSON *d = cJSON_Parse(js);
+        free(js);
+        if (d) cJSON_AddItemToObject(j, "direct", d);
+        char *out = cJSON_PrintUnformatted(j);
+        puts(out);
+        free(out);
+        cJSON_Delete(j);
+    } else {
+        printf("three-arm bisect: oracle %s run with each arm's own profile, control %s with the same profile\n",
+               a->oracle, ctrl_arm);
+        printf("%-26s %-40s %-40s\n", "", "A", "B");
+        printf("%-26s %-40s %-40s\n", "arm", col[0].arm, col[1].arm);
+        printf("%-26s %-40s %-40s\n", "profile", col[0].profile, col[1].profile);
+        printf("%-26s %-40s %-40s\n", "verdict vs oracle", col[0].cr->verdict == TD_OK ? "conformant" : "DIVERGENT",
+               col[1].cr->verdict == TD_OK ? "conformant" : "DIVERGENT");
+        char f0[200], f1[200];
+        col_first(&col[0], f0, sizeof f0);
+        col_first(&col[1], f1, sizeof f1);
+        printf("%-26s %-40s %-40s\n", "first divergent", f0, f1);
+        for (int i = 0; i < 2; i++) {
+            const char *wn;
+            int64_t ws;
+            const double w = worst_ratio(col[i].cr, &wn, &ws);
+            snprintf(i ? f1 : f0, 200, "%.3g (%s step %lld)", w, wn, (long long)ws);
+        }
+        printf("%-26s %-40s %-40s\n", "worst r", f0, f1);
+        printf("%-26s %-40lld %-40lld\n", "taps compared", (long long)col[0].cr->n_taps, (long long)col[1].cr->n_taps);
+        printf("%-26s %-40.3e %-40.3e\n", "logits vs matched oracle", col[0].logits_vs_oracle, col[1].logits_vs_oracle);
+        printf("%-26s %-40.3e %-40.3e\n", "logits vs plain oracle", col[0].logits_vs_plain, col[1].logits_vs_plain);
+        char d[200];
+        const td_cmp_tap *dt = first_tap(direct);
+        if (dt)
+            snprintf(d, sizeof d, "divergent, first %s step %lld (r %.3g)", dt->name, (long long)dt->step, dt->ratio);
+        else
+            snprintf(d, sizeof d, "conformant");
+        printf("direct A vs B (control: %s with B's profile %s, against A): %s\n", ctrl_arm, col[1].profile, d);
+        printf("verdict: %s\n", verdict);
+    }
+    {
+        const char *base = a->report ? a->report : a->out_dir;
+        size_t n = strlen(base) + 32;
+        rep = td_xmalloc(n);
+        const char *const sub[3] = {"report-a", "report-b", "report-direct"};
+        const td_cmp_result *rs[3] = {col[0].cr, col[1].cr, direct};
+        for (int i = 0; i < 3; i++) {
+            snprintf(rep, n, "%s/%s", base, sub[i]);
+            if ((rc = td_report_write_dir(rep, rs[i], err))) goto out;
+        }
+        fprintf(a->json ? stderr : stdout, "reports: %s/report-{a,b,direct}/report.html; tap files in %s\n", base,
+                a->out_dir);
+    }
+    rc = wrong ? TD_DIVERGENT : TD_OK;
+out:
+    for (int i = 0; i < 2; i++) {
+        td_run_result_free(&col[i].run);
+        td_run_result_free(&col[i].oracle);
+        td_run_result_free(&col[i].ctrl);
+        td_cmp_result_free(col[i].cr);
+        free(col[i].path), free(col[i].oracle_path), free(col[i].ctrl_path);
+    }
+    td_run_result_free(&plain);
+    td_cmp_result_free(direct);
+    free(rep);
+    return rc;
+}
+
 static char *join(const char *dir, const char *prefix, const char *arm) {
     size_t n = strlen(dir) + strlen(prefix) + strlen(arm) + 8;
     char *s = td_xmalloc(n);
@@ -232,6 +477,8 @@ static char *join(const char *dir, const char *prefix, const char *arm) {
     } else {
         snprintf(s, n, "%s/%s%s.h5", dir, prefix, arm);
     }
+    for (char *c = s + strlen(dir); *c; c++)
+        if (*c == ':') *c = '-'; // llamacpp:vulkan -> B-llamacpp-vulkan.h5
     return s;
 }
 
@@ -287,6 +534,10 @@ int td_cmd_bisect(int argc, char **argv) {
     if ((rc = td_mkdir_p(a.out_dir, &err))) goto out;
     if ((rc = td_model_open(&m, a.model, &err))) goto out;
 
+    if (a.oracle) {
+        rc = three_arm(&a, m, prompt, n_prompt, &err);
+        goto out;
+    }
     if (td_extarm_is(a.a)) {
         if ((rc = run_ext(&a, a.a, pa, prompt, n_prompt, NULL, &a_fed, &err))) goto out;
     } else {
@@ -298,6 +549,10 @@ int td_cmd_bisect(int argc, char **argv) {
     } else {
         if ((rc = run_arm(&a, m, a.b, pb, prompt, n_prompt, fed, a.inject, NULL, &rb, &err))) goto out;
     }
+    // B's arithmetic as it declared it when it opened (from its device), so
+    // the budget compares like with like; an external arm declares nothing: native
+    const char *declared = !td_extarm_is(a.b) && rb.profile[0] ? rb.profile : "native";
+    if (!a.ctrl_profile) a.ctrl_profile = declared;
     if (ctrl && !reuse_b &&
         (rc = run_arm(&a, m, a.ctrl, pc, prompt, n_prompt, fed, NULL, a.ctrl_profile, &rc_, &err)))
         goto out;
@@ -311,8 +566,6 @@ int td_cmd_bisect(int argc, char **argv) {
     o.allow_token_mismatch = 1;
     if ((rc = td_compare(pa, pb, &o, &cr, &err))) goto out;
     char ctrl_line[256];
-    const char *declared =
-        !td_extarm_is(a.b) && td_backend_find(a.b)->profile ? td_backend_find(a.b)->profile : "native";
     if (!ctrl)
         snprintf(ctrl_line, sizeof ctrl_line, "control: none (budget: the dtype floor)");
     else if (reuse_b)

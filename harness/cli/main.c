@@ -25,6 +25,7 @@ static const subcommand commands[] = {
     {"taps", td_cmd_taps, "the tap catalog: names, dtypes and shapes an engine emits per architecture"},
     {"tokenize", td_cmd_tokenize, "text -> token ids and pieces with the model's own tokenizer"},
     {"determinism", td_cmd_determinism, "run one arm N times on the same tokens; nondeterministic if any tap differs"},
+    {"backends", td_cmd_backends, "the arms this build knows and whether each can run here (GPU, driver)"},
 };
 
 static void usage(FILE *f) {

@@ -331,7 +331,7 @@ Test(act_q8, q8_0_unit_scale_ties_to_even) {
     x[0] = 127, x[1] = -127, x[2] = 3.5f, x[3] = 2.5f, x[4] = -2.5f, x[5] = 1.4f, x[6] = 126.6f, x[7] = -0.5f;
     x[8] = 0.5f, x[9] = 1.5f, x[31] = -64.49f;
     const float want[32] = {127, -127, 4, 2, -2, 1, 127, -0.0f, 0, 2, [31] = -64};
-    td_ref_act_round_f32(y, x, 32, TD_ACT_Q8_0);
+    td_act_round_f32(y, x, 32, TD_ACT_Q8_0);
     for (int j = 0; j < 32; j++) cr_assert_eq(y[j], want[j], "y[%d] = %.9g, expected %.9g", j, y[j], want[j]);
 }
 
@@ -344,7 +344,7 @@ Test(act_q8, q8_0_f16_scale) {
     x[0] = 1, x[1] = 0.5f, x[2] = -0.25f, x[3] = 0.1f;
     x[32] = 0; // second block: all zero -> all zero (no division by zero)
     const double d = 0.00787353515625;
-    td_ref_act_round_f32(y, x, 64, TD_ACT_Q8_0);
+    td_act_round_f32(y, x, 64, TD_ACT_Q8_0);
     cr_assert_eq(y[0], (float)(127 * d));
     cr_assert_eq(y[1], (float)(64 * d));
     cr_assert_eq(y[2], (float)(-32 * d));
@@ -352,7 +352,7 @@ Test(act_q8, q8_0_f16_scale) {
     for (int j = 32; j < 64; j++) cr_assert_eq(y[j], 0.0f, "zero block: y[%d] = %g", j, y[j]);
     // Q8_1 (Q4_1 / Q5_1 weights) sees the same values
     float z[64];
-    td_ref_act_round_f32(z, x, 64, TD_ACT_Q8_1);
+    td_act_round_f32(z, x, 64, TD_ACT_Q8_1);
     cr_assert_eq(memcmp(y, z, sizeof y), 0);
 }
 
@@ -364,7 +364,7 @@ Test(act_q8, q8_k_block) {
     float x[256] = {0}, y[256];
     x[5] = -2, x[9] = 2, x[10] = 1, x[11] = 0.5f, x[12] = -1, x[255] = 0.01f; // 0.635 -> 1
     const float d = 1.0f / 63.5f;
-    td_ref_act_round_f32(y, x, 256, TD_ACT_Q8_K);
+    td_act_round_f32(y, x, 256, TD_ACT_Q8_K);
     cr_assert_eq(y[5], d * -127);
     cr_assert_eq(y[9], d * 127);
     cr_assert_eq(y[10], d * 64);
@@ -376,7 +376,7 @@ Test(act_q8, q8_k_block) {
     // (so which of two equal magnitudes sets the sign is invisible in the values)
     float x2[256] = {0}, y2[256];
     x2[0] = 2, x2[1] = 1, x2[2] = -2;
-    td_ref_act_round_f32(y2, x2, 256, TD_ACT_Q8_K);
+    td_act_round_f32(y2, x2, 256, TD_ACT_Q8_K);
     cr_assert_eq(y2[0], (1.0f / -63.5f) * -127);
     cr_assert_eq(y2[1], (1.0f / -63.5f) * -64);
     cr_assert_eq(y2[2], (1.0f / -63.5f) * 127);
@@ -388,14 +388,14 @@ Test(act_q8, q8_k_block) {
 Test(act_q8, f16_bf16_round_to_even) {
     const float x[4] = {1 + 0x1p-11f, 1 + 3 * 0x1p-11f, 1 + 0x1p-8f, 1 + 3 * 0x1p-8f};
     float h[4], b[4];
-    td_ref_act_round_f32(h, x, 4, TD_ACT_F16);
-    td_ref_act_round_f32(b, x, 4, TD_ACT_BF16);
+    td_act_round_f32(h, x, 4, TD_ACT_F16);
+    td_act_round_f32(b, x, 4, TD_ACT_BF16);
     cr_assert_eq(h[0], 1.0f);
     cr_assert_eq(h[1], 1 + 0x1p-9f);
     cr_assert_eq(b[2], 1.0f);
     cr_assert_eq(b[3], 1 + 0x1p-6f);
     float f[4];
-    td_ref_act_round_f32(f, x, 4, TD_ACT_F32);
+    td_act_round_f32(f, x, 4, TD_ACT_F32);
     cr_assert_eq(memcmp(f, x, sizeof x), 0, "F32 weights keep f32 activations");
 }
 
@@ -410,18 +410,68 @@ Test(act_q8, format_per_weight_type_and_profile_names) {
                  {TD_TYPE_Q2_K, TD_ACT_Q8_K}, {TD_TYPE_Q4_K, TD_ACT_Q8_K},   {TD_TYPE_Q6_K, TD_ACT_Q8_K},
                  {TD_TYPE_IQ4_XS, TD_ACT_Q8_K}, {TD_TYPE_IQ2_XXS, TD_ACT_Q8_K}, {TD_TYPE_TQ1_0, TD_ACT_Q8_K}};
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
-        td_ref_act_fmt f;
-        cr_assert_eq(td_ref_act_format(cases[i].type, &f), 0, "type %d", cases[i].type);
+        td_act_fmt f;
+        cr_assert_eq(td_act_format(cases[i].type, &f), 0, "type %d", cases[i].type);
         cr_assert_eq((int)f, cases[i].fmt, "type %d -> %d, expected %d", cases[i].type, (int)f, cases[i].fmt);
     }
-    td_ref_act_fmt f;
-    cr_assert_eq(td_ref_act_format(TD_TYPE_I32, &f), -1);
-    cr_assert_eq(td_ref_act_format(TD_TYPE_Q8_K, &f), -1);
-    cr_assert_eq(td_ref_act_format(999, &f), -1);
-    td_ref_profile p;
-    cr_assert_eq(td_ref_profile_parse(NULL, &p), 0);
-    cr_assert_eq(p, TD_REF_PROFILE_NATIVE);
-    cr_assert_eq(td_ref_profile_parse("act-q8", &p), 0);
-    cr_assert_eq(p, TD_REF_PROFILE_ACT_Q8);
-    cr_assert_eq(td_ref_profile_parse("act_q8", &p), -1);
+    td_act_fmt f;
+    cr_assert_eq(td_act_format(TD_TYPE_I32, &f), -1);
+    cr_assert_eq(td_act_format(TD_TYPE_Q8_K, &f), -1);
+    cr_assert_eq(td_act_format(999, &f), -1);
+    td_profile p;
+    char why[200];
+    cr_assert_eq(td_profile_parse(NULL, &p, why, sizeof why), 0);
+    cr_assert_eq(p.rules, 0u);
+    cr_assert_eq(td_profile_parse("act-q8", &p, why, sizeof why), 0);
+    cr_assert_eq(p.rules, (unsigned)TD_RULE_ACT_Q8);
+    cr_assert_eq(td_profile_parse("act_q8", &p, why, sizeof why), -1);
+}
+
+/* Profile strings: canonical order and spelling, and the refusals. */
+Test(act_q8, profile_parse_and_format) {
+    td_profile p;
+    char why[256], buf[128];
+    cr_assert_eq(td_profile_parse("fa-f16+act-q8_1@4096+attn-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "act-q8_1@4096+attn-f16+fa-f16");
+    cr_assert_eq(td_profile_parse("mm-f16@8+attn-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "attn-f16+mm-f16@8");
+    cr_assert_eq(td_profile_parse("native", &p, why, sizeof why), 0);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "native");
+    const char *bad[] = {"mm-f16", "attn-f16+attn-f16", "act-q8+act-q8_1", "act-q8+mm-f16@8", "attn-f16@3",
+                         "act-q8_1@-1", "act-q8_1@", "f16", "attn-f16+"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(td_profile_parse(bad[i], &p, why, sizeof why), -1, "'%s' must be refused", bad[i]);
+        cr_assert(why[0], "'%s': no reason given", bad[i]);
+    }
+    // act-q8_1 rounds quantized weights in steps of several tokens, and one-token steps above @K
+    cr_assert_eq(td_profile_parse("act-q8_1@64", &p, why, sizeof why), 0);
+    td_act_fmt f;
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_Q4_K, 2, 32, &f), 0);
+    cr_assert_eq(f, TD_ACT_Q8_1);
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_Q4_K, 1, 64, &f), 0);
+    cr_assert_eq(f, TD_ACT_F32);
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_Q4_K, 1, 65, &f), 0);
+    cr_assert_eq(f, TD_ACT_Q8_1);
+    cr_assert_eq(td_profile_matmul_fmt(&p, TD_TYPE_F32, 9, 4096, &f), 0);
+    cr_assert_eq(f, TD_ACT_F32);
+}
+
+/* The f64 rounding gives the f32 rounding's values on f32 inputs (away from
+ * ties): the same blocks, scales in their storage types. */
+Test(act_q8, f64_rounding_matches_f32) {
+    float xf[256];
+    double xd[256], yd[256];
+    float yf[256];
+    for (int i = 0; i < 256; i++) xf[i] = (float)sin(0.37 * i + 0.1) * (1.0f + (float)(i % 7)), xd[i] = xf[i];
+    const td_act_fmt fm[4] = {TD_ACT_Q8_0, TD_ACT_Q8_K, TD_ACT_F16, TD_ACT_BF16};
+    for (int k = 0; k < 4; k++) {
+        td_act_round_f32(yf, xf, 256, fm[k]);
+        td_act_round_f64(yd, xd, 256, fm[k]);
+        for (int i = 0; i < 256; i++)
+            cr_assert(fabs(yd[i] - (double)yf[i]) <= 1e-6 * fabs(yd[i]) + 1e-30, "fmt %d [%d]: f64 %.9g f32 %.9g",
+                      (int)fm[k], i, yd[i], (double)yf[i]);
+    }
 }

@@ -352,7 +352,7 @@ Test(cpu_kernels, quantize_act_q8_k_hand_worked) {
 }
 
 /* Our activation rounding is the project's definition of act-q8: the values
- * x' = d*q equal td_ref_act_round_f32's (ref32 computes with them) exactly,
+ * x' = d*q equal td_act_round_f32's (ref32 computes with them) exactly,
  * in C and AVX2 (as values: the reference keeps the sign of a -0 code,
  * integer codes cannot; no sum can tell). Random blocks, all-zero blocks,
  * blocks of exact ties. */
@@ -375,8 +375,8 @@ static void check_act_rounding(td_cpu_isa isa) {
     // decides the sign of the codes and of d, never x')
     for (int b = 1; b < N / 256; b += 3) x[256 * b + 5] = -300.0f, x[256 * b + 200] = 300.0f;
     for (int f = 0; f < 2; f++) {
-        const td_ref_act_fmt rf = f ? TD_ACT_Q8_K : TD_ACT_Q8_0;
-        td_ref_act_round_f32(want, x, N, rf);
+        const td_act_fmt rf = f ? TD_ACT_Q8_K : TD_ACT_Q8_0;
+        td_act_round_f32(want, x, N, rf);
         k.quantize_act((td_cpu_act_fmt)f, x, N, q, d, d16, d32, xd);
         for (int i = 0; i < N; i++)
             if (xd[i] != want[i])

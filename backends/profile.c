@@ -1,0 +1,302 @@
+/* tapdiff arithmetic profiles (profile.h): the rules as data, and the exact
+ * rounding formulas the reference applies at their points. */
+#include "profile.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "types.h"
+
+/* ===================================================================== */
+/* Activation formats                                                     */
+/* ===================================================================== */
+
+int td_act_format(int weight_type, td_act_fmt *out) {
+    // quants.md §8: the "vec-dot type" of each weight type on llama.cpp's CPU
+    switch (weight_type) {
+    case TD_TYPE_F32: *out = TD_ACT_F32; return 0;
+    case TD_TYPE_F16: *out = TD_ACT_F16; return 0;
+    case TD_TYPE_BF16: *out = TD_ACT_BF16; return 0;
+    case TD_TYPE_Q4_0:
+    case TD_TYPE_Q5_0:
+    case TD_TYPE_Q8_0:
+    case TD_TYPE_IQ4_NL:
+    case TD_TYPE_MXFP4:
+    case TD_TYPE_NVFP4:
+    case TD_TYPE_Q1_0:
+    case TD_TYPE_Q2_0: *out = TD_ACT_Q8_0; return 0;
+    case TD_TYPE_Q4_1:
+    case TD_TYPE_Q5_1: *out = TD_ACT_Q8_1; return 0;
+    case TD_TYPE_Q2_K:
+    case TD_TYPE_Q3_K:
+    case TD_TYPE_Q4_K:
+    case TD_TYPE_Q5_K:
+    case TD_TYPE_Q6_K:
+    case TD_TYPE_IQ2_XXS:
+    case TD_TYPE_IQ2_XS:
+    case TD_TYPE_IQ2_S:
+    case TD_TYPE_IQ3_XXS:
+    case TD_TYPE_IQ3_S:
+    case TD_TYPE_IQ1_S:
+    case TD_TYPE_IQ1_M:
+    case TD_TYPE_IQ4_XS:
+    case TD_TYPE_TQ1_0:
+    case TD_TYPE_TQ2_0: *out = TD_ACT_Q8_K; return 0;
+    default: return -1;
+    }
+}
+
+int64_t td_act_block(td_act_fmt fmt) {
+    switch (fmt) {
+    case TD_ACT_Q8_0:
+    case TD_ACT_Q8_1: return 32;
+    case TD_ACT_Q8_K: return 256;
+    default: return 1;
+    }
+}
+
+/* One Q8_0 (or Q8_1: the same d and q) block of 32. The scale is rounded to
+ * f16 for storage but the codes are computed with 127/a, not with the
+ * stored scale, so a value's code can differ from rint(x / f16(d)). */
+static void round_q8_0_block(float *out, const float *x) {
+    float a = 0;
+    for (int j = 0; j < 32; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > a) a = ax;
+    }
+    const float d = td_f16_to_f32(td_f32_to_f16(a / 127.0f));
+    const float id = a != 0.0f ? 127.0f / a : 0.0f;
+    for (int j = 0; j < 32; j++) {
+        float q = rintf(x[j] * id); // default rounding mode: ties to even
+        if (q > 127) q = 127;
+        if (q < -127) q = -127;
+        out[j] = d * q; // exact: 11-bit scale times an 8-bit code
+    }
+}
+
+/* One Q8_K block of 256: the scale carries the sign of the largest-magnitude
+ * value, so that value maps to -127 (never +128). */
+static void round_q8_k_block(float *out, const float *x) {
+    float a = 0, m = 0;
+    for (int j = 0; j < 256; j++) {
+        const float ax = fabsf(x[j]);
+        if (ax > a) a = ax, m = x[j]; // strict: the first of equal magnitudes
+    }
+    if (a == 0.0f) {
+        for (int j = 0; j < 256; j++) out[j] = 0;
+        return;
+    }
+    const float s = -127.0f / m;
+    const float d = 1.0f / s;
+    for (int j = 0; j < 256; j++) {
+        float q = rintf(s * x[j]);
+        if (q > 127) q = 127;
+        out[j] = d * q;
+    }
+}
+
+void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt) {
+    TD_ASSERT(n % td_act_block(fmt) == 0);
+    switch (fmt) {
+    case TD_ACT_F32:
+        if (out != x) memmove(out, x, (size_t)n * sizeof *out);
+        return;
+    case TD_ACT_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+        return;
+    case TD_ACT_BF16:
+        for (int64_t i = 0; i < n; i++) out[i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
+        return;
+    case TD_ACT_Q8_0:
+    case TD_ACT_Q8_1:
+        for (int64_t i = 0; i < n; i += 32) round_q8_0_block(out + i, x + i);
+        return;
+    case TD_ACT_Q8_K:
+        for (int64_t i = 0; i < n; i += 256) round_q8_k_block(out + i, x + i);
+        return;
+    }
+    TD_ASSERT(0 && "unknown activation format");
+}
+
+/* The same blocks in f64 (profile.h: the scale rounded to its storage type). */
+static void round_q8_0_block_f64(double *out, const double *x) {
+    double a = 0;
+    for (int j = 0; j < 32; j++) {
+        const double ax = fabs(x[j]);
+        if (ax > a) a = ax;
+    }
+    const double d = td_f16_to_f32(td_f32_to_f16((float)(a / 127.0)));
+    const double id = a != 0.0 ? 127.0 / a : 0.0;
+    for (int j = 0; j < 32; j++) {
+        double q = rint(x[j] * id);
+        if (q > 127) q = 127;
+        if (q < -127) q = -127;
+        out[j] = d * q;
+    }
+}
+
+static void round_q8_k_block_f64(double *out, const double *x) {
+    double a = 0, m = 0;
+    for (int j = 0; j < 256; j++) {
+        const double ax = fabs(x[j]);
+        if (ax > a) a = ax, m = x[j];
+    }
+    if (a == 0.0) {
+        for (int j = 0; j < 256; j++) out[j] = 0;
+        return;
+    }
+    const double s = -127.0 / m;
+    const double d = (float)(1.0 / s); // the block stores an f32 scale
+    for (int j = 0; j < 256; j++) {
+        double q = rint(s * x[j]);
+        if (q > 127) q = 127;
+        out[j] = d * q;
+    }
+}
+
+void td_act_round_f64(double *out, const double *x, int64_t n, td_act_fmt fmt) {
+    TD_ASSERT(n % td_act_block(fmt) == 0);
+    switch (fmt) {
+    case TD_ACT_F32:
+        if (out != x) memmove(out, x, (size_t)n * sizeof *out);
+        return;
+    case TD_ACT_F16:
+        for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16((float)x[i]));
+        return;
+    case TD_ACT_BF16:
+        for (int64_t i = 0; i < n; i++) out[i] = td_bf16_to_f32(td_f32_to_bf16((float)x[i]));
+        return;
+    case TD_ACT_Q8_0:
+    case TD_ACT_Q8_1:
+        for (int64_t i = 0; i < n; i += 32) round_q8_0_block_f64(out + i, x + i);
+        return;
+    case TD_ACT_Q8_K:
+        for (int64_t i = 0; i < n; i += 256) round_q8_k_block_f64(out + i, x + i);
+        return;
+    }
+    TD_ASSERT(0 && "unknown activation format");
+}
+
+/* ===================================================================== */
+/* Profiles                                                               */
+/* ===================================================================== */
+
+static const struct {
+    unsigned rule;
+    const char *name;
+} rule_names[] = {
+    {TD_RULE_ACT_Q8, "act-q8"},     {TD_RULE_ACT_Q8_1, "act-q8_1"}, {TD_RULE_ATTN_F16, "attn-f16"},
+    {TD_RULE_KV_F16, "kv-f16"},     {TD_RULE_FA_F16, "fa-f16"},     {TD_RULE_MM_F16, "mm-f16"},
+    {TD_RULE_ACC_F16, "acc-f16"},
+};
+#define N_RULES (sizeof rule_names / sizeof rule_names[0])
+
+int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
+    td_profile p = {.rules = 0, .q8_1_vec_k = -1, .mm_f16_min = -1};
+    if (why && n) why[0] = '\0';
+    if (!s || !s[0] || !strcmp(s, TD_PROFILE_NATIVE)) {
+        *out = p;
+        return 0;
+    }
+    const char *c = s;
+    for (;;) {
+        const char *e = strchr(c, '+');
+        size_t len = e ? (size_t)(e - c) : strlen(c);
+        const char *at = memchr(c, '@', len);
+        size_t nlen = at ? (size_t)(at - c) : len;
+        unsigned hit = 0;
+        for (size_t i = 0; i < N_RULES && !hit; i++)
+            if (strlen(rule_names[i].name) == nlen && !strncmp(c, rule_names[i].name, nlen)) hit = rule_names[i].rule;
+        if (!hit) {
+            if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16, mm-f16@N, acc-f16; "
+                                      "joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
+            return -1;
+        }
+        if (p.rules & hit) {
+            if (why) snprintf(why, n, "rule '%.*s' given twice", (int)nlen, c);
+            return -1;
+        }
+        if (at) {
+            char num[24];
+            size_t dl = len - nlen - 1;
+            char *end = NULL;
+            if ((hit != TD_RULE_ACT_Q8_1 && hit != TD_RULE_MM_F16) || dl == 0 || dl >= sizeof num) {
+                if (why) snprintf(why, n, "'%.*s': only act-q8_1@K and mm-f16@N take a number", (int)len, c);
+                return -1;
+            }
+            memcpy(num, at + 1, dl);
+            num[dl] = '\0';
+            long long k = strtoll(num, &end, 10);
+            if (*end || k < 0 || num[0] < '0' || num[0] > '9') {
+                if (why) snprintf(why, n, "'%.*s': @K must be a non-negative integer", (int)len, c);
+                return -1;
+            }
+            if (hit == TD_RULE_ACT_Q8_1)
+                p.q8_1_vec_k = k;
+            else
+                p.mm_f16_min = k;
+        } else if (hit == TD_RULE_MM_F16) {
+            if (why) snprintf(why, n, "mm-f16 needs @N: the step size above which the tiled path runs (e.g. mm-f16@8)");
+            return -1;
+        }
+        p.rules |= hit;
+        if (!e) break;
+        c = e + 1;
+    }
+    // act-q8 is the CPU's whole matmul story; q8_1 (quantized weights) and
+    // mm-f16 (the rest of the tiled path) are a GPU's and go together
+    if ((p.rules & TD_RULE_ACT_Q8) && (p.rules & (TD_RULE_ACT_Q8_1 | TD_RULE_MM_F16))) {
+        if (why) snprintf(why, n, "act-q8 (the CPU path) does not combine with act-q8_1 or mm-f16 (a GPU's)");
+        return -1;
+    }
+    *out = p;
+    return 0;
+}
+
+void td_profile_format(const td_profile *p, char *buf, size_t n) {
+    if (!n) return;
+    buf[0] = '\0';
+    for (size_t i = 0; i < N_RULES; i++) {
+        if (!(p->rules & rule_names[i].rule)) continue;
+        size_t len = strlen(buf);
+        snprintf(buf + len, n - len, "%s%s", len ? "+" : "", rule_names[i].name);
+        if (rule_names[i].rule == TD_RULE_ACT_Q8_1 && p->q8_1_vec_k >= 0) {
+            len = strlen(buf);
+            snprintf(buf + len, n - len, "@%lld", (long long)p->q8_1_vec_k);
+        }
+        if (rule_names[i].rule == TD_RULE_MM_F16) {
+            len = strlen(buf);
+            snprintf(buf + len, n - len, "@%lld", (long long)p->mm_f16_min);
+        }
+    }
+    if (!buf[0]) snprintf(buf, n, "%s", TD_PROFILE_NATIVE);
+}
+
+int td_profile_matmul_fmt(const td_profile *p, int weight_type, int64_t T, int64_t k, td_act_fmt *out) {
+    *out = TD_ACT_F32;
+    if (!(p->rules & (TD_RULE_ACT_Q8 | TD_RULE_ACT_Q8_1))) return 0;
+    td_act_fmt f;
+    if (td_act_format(weight_type, &f)) return -1;
+    if (p->rules & TD_RULE_ACT_Q8) {
+        *out = f;
+        return 0;
+    }
+    // act-q8_1: quantized weights only (their CPU format is a block format)
+    const int quant = f == TD_ACT_Q8_0 || f == TD_ACT_Q8_1 || f == TD_ACT_Q8_K;
+    if (quant && (T > 1 || (p->q8_1_vec_k >= 0 && k > p->q8_1_vec_k))) *out = TD_ACT_Q8_1;
+    return 0;
+}
+
+int td_profile_attn_qkv_f16(const td_profile *p, int64_t T) {
+    return (p->rules & TD_RULE_ATTN_F16) && T > 1;
+}
+
+int td_profile_mm_f16(const td_profile *p, int64_t T) {
+    return (p->rules & TD_RULE_MM_F16) && T > p->mm_f16_min;
+}
+
+int td_profile_kv_store_f16(const td_profile *p) {
+    return (p->rules & (TD_RULE_KV_F16 | TD_RULE_FA_F16)) != 0;
+}

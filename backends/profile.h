@@ -1,0 +1,137 @@
+/* tapdiff arithmetic profiles: the rounding choices an arm makes on purpose,
+ * as data, so that the control arm (ref32) and the oracle (ref) can make the
+ * same ones at the same points and a budget compares like with like.
+ *
+ * A profile is a '+'-separated list of rules (order does not matter; the
+ * canonical spelling sorts them as listed below); "native" (or NULL / "")
+ * is the empty list: every operation as written.
+ *
+ *   act-q8      before each matmul, every activation row is rounded the way
+ *               llama.cpp's CPU matmul converts it for that weight type
+ *               (../shared/spec/quants.md §8): F32 weights keep f32; F16 /
+ *               BF16 weights see f16 / bf16; Q4_0, Q5_0, Q8_0, IQ4_NL, MXFP4,
+ *               NVFP4, Q1_0, Q2_0 see Q8_0 blocks; Q4_1, Q5_1 see Q8_1 blocks
+ *               (the same values); K-quants, IQ1/2/3, IQ4_XS, TQ1_0, TQ2_0
+ *               see Q8_K blocks. Embedding lookups stay exact.
+ *   act-q8_1[@K] GPU integer-dot path: activations of matmuls with quantized
+ *               weights are rounded to Q8_1 blocks of 32 in steps of more
+ *               than one token, and in one-token steps too when the inner
+ *               size exceeds K (no @K: never; @0: always). F32/F16/BF16
+ *               weights are untouched. Excludes act-q8.
+ *   attn-f16    in a step of more than one token, the operands of both
+ *               attention matmuls are rounded to f16 (a GPU's tiled matmul
+ *               loads them into f16 tiles): Q and the K rows for the
+ *               scores, the softmax probabilities and the V rows for the
+ *               context; sums stay in the working precision. The cache
+ *               itself keeps its precision.
+ *   mm-f16@N    in a step of more than N tokens, the weight matmuls round
+ *               both operands (activations and dequantized weights) to f16
+ *               (the tiled path, N = the matrix-vector limit, 8 in
+ *               ggml-vulkan); sums stay in the working precision.
+ *   acc-f16     the f16-tiled matmuls above keep their sums in f16 (every
+ *               partial sum rounded, in index order): both attention
+ *               matmuls under attn-f16, and quantized weights under mm-f16
+ *               (ggml-vulkan's f16acc shaders on fp16 devices without
+ *               cooperative matrices).
+ *   kv-f16      the K/V cache stores f16: keys and values are rounded when
+ *               written.
+ *   fa-f16      flash attention casts K and V to f16 (every step), as
+ *               llama.cpp does on every backend.
+ *
+ * The rounding helpers below are exact formulas; the reference calls them in
+ * its own precision (f32 for ref32, f64 for ref), everything else it keeps. */
+#ifndef TD_PROFILE_H
+#define TD_PROFILE_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define TD_PROFILE_NATIVE "native"
+#define TD_PROFILE_ACT_Q8 "act-q8"
+#define TD_PROFILE_NAME_MAX 128
+
+/* The activation format a matmul converts to before its dot products. */
+typedef enum td_act_fmt {
+    TD_ACT_F32 = 0,  /* unchanged */
+    TD_ACT_F16 = 1,  /* f32 -> f16 -> f32, round to nearest even */
+    TD_ACT_BF16 = 2, /* f32 -> bf16 -> f32, round to nearest even */
+    TD_ACT_Q8_0 = 3, /* blocks of 32, f16 scale */
+    TD_ACT_Q8_1 = 4, /* blocks of 32, f16 scale (+ a sum the values do not use) */
+    TD_ACT_Q8_K = 5, /* blocks of 256, f32 scale */
+} td_act_fmt;
+
+/* The format llama.cpp's CPU path uses for a weight of td_type
+ * `weight_type`; -1 when the type is not a matmul weight type (I8..I64,
+ * F64, Q8_1/Q8_K themselves, unknown ids). */
+int td_act_format(int weight_type, td_act_fmt *out);
+
+/* Values per block of the format (1 for F32/F16/BF16, 32, or 256). */
+int64_t td_act_block(td_act_fmt fmt);
+
+/* out (n) = x (n) as the dot product sees it after conversion to `fmt`:
+ * the dequantized values d*q of the activation blocks. n is a multiple of
+ * td_act_block(fmt). out may alias x. Exact formulas, as on the pinned
+ * haswell (AVX2) CPU variant of the llama.cpp peer:
+ *   Q8_0 / Q8_1, per block of 32: a = max|x|; d = a/127 (f32), stored as
+ *     f16(d) (round to nearest even); q = rint(x * (a ? 127/a : 0)) (f32
+ *     product, ties to even), in [-127, 127]; value f16(d) * q.
+ *   Q8_K, per block of 256: m = the first x of largest |x|; all 0 when m = 0;
+ *     s = -127/m (f32); q = min(127, rint(s * x)) (ties to even); d = 1/s
+ *     (f32); value d * q.
+ * The f64 version applies the same rules to f64 values: the scale is rounded
+ * to its storage type (f16 or f32) and the codes are the same integers
+ * except where x sits within f32 rounding of a tie; F16/BF16 round through
+ * f32 first (what a device would have held). */
+void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt);
+void td_act_round_f64(double *out, const double *x, int64_t n, td_act_fmt fmt);
+
+/* ---- Profiles ---------------------------------------------------------- */
+
+enum {
+    TD_RULE_ACT_Q8 = 1u << 0,
+    TD_RULE_ACT_Q8_1 = 1u << 1,
+    TD_RULE_ATTN_F16 = 1u << 2,
+    TD_RULE_KV_F16 = 1u << 3,
+    TD_RULE_FA_F16 = 1u << 4,
+    TD_RULE_MM_F16 = 1u << 5,
+    TD_RULE_ACC_F16 = 1u << 6,
+};
+
+typedef struct td_profile {
+    unsigned rules;     /* TD_RULE_* */
+    int64_t q8_1_vec_k; /* act-q8_1@K: one-token steps round too when the inner size > K; -1 = never */
+    int64_t mm_f16_min; /* mm-f16@N: steps of more than N tokens */
+} td_profile;
+
+/* Parses a profile string. 0 on success; -1 with a one-line reason in why
+ * (unknown rule, repeated rule, act-q8 with act-q8_1, bad @K). */
+int td_profile_parse(const char *s, td_profile *out, char *why, size_t n);
+
+/* The canonical spelling ("native" for the empty list) into buf. */
+void td_profile_format(const td_profile *p, char *buf, size_t n);
+
+/* The format the activations of a matmul with weight type `weight_type`
+ * take in a step of T tokens with inner size k. 0 on success (TD_ACT_F32
+ * when no rule applies); -1 when a rule applies to matmuls and the weight
+ * type is not a matmul weight type. */
+int td_profile_matmul_fmt(const td_profile *p, int weight_type, int64_t T, int64_t k, td_act_fmt *out);
+
+/* Are Q (and the K/V rows read) rounded to f16 for attention in a step of T
+ * tokens (attn-f16 with T > 1; fa-f16 rounds K/V only, see below)? */
+int td_profile_attn_qkv_f16(const td_profile *p, int64_t T);
+
+/* Does a weight matmul in a step of T tokens round its operands (activations
+ * and weights) to f16 (mm-f16@N, T > N)? */
+int td_profile_mm_f16(const td_profile *p, int64_t T);
+
+/* Are K and V rounded to f16 when stored (kv-f16, fa-f16: every step)? */
+int td_profile_kv_store_f16(const td_profile *p);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
