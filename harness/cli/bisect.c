@@ -6,6 +6,7 @@
  * arithmetic profile, so the budget measures the same arithmetic choices), prints the verdict, writes the reports and
  * exits with the verdict (0 conformant, 1 divergent). */
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -132,8 +133,8 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         } else if (!strcmp(arg, "--k")) {
             char *end;
             a->k = strtod(v, &end);
-            if (end == v || *end || !(a->k > 0))
-                return td_cli_failf("bisect", TD_EUSAGE, "--k: expected a positive number, got '%s'", v);
+            if (end == v || *end || !isfinite(a->k) || !(a->k >= 1))
+                return td_cli_failf("bisect", TD_EUSAGE, "--k: expected a finite number >= 1, got '%s'", v);
         } else {
             return td_args_unknown(&p);
         }

@@ -27,6 +27,8 @@ static const char *usage_text =
     "  --floor X          replace the per-dtype floor (f64 1e-13, f32 2^-20, f16 2^-7, bf16 2^-4)\n"
     "  --topk N           logits top-k overlap (default 5)\n"
     "  --filter PATTERN   compare only taps matching these comma-separated globs ('blk.*.ffn_*,out.*')\n"
+    "  --allow-unknown-model   compare a file without model_sha256 (refused by default: it\n"
+    "                     could have been made from any model)\n"
     "  --allow-token-mismatch  compare arms that consumed different tokens (the mismatch is then\n"
     "                     reported as an integer mismatch at inp.tokens instead of refused)\n"
     "  --report DIR       write DIR/report.md, report.json, report.html\n"
@@ -38,7 +40,7 @@ static const char *usage_text =
 int td_cmd_compare(int argc, char **argv) {
     td_cmp_options o = td_cmp_options_default();
     const char *pos[2] = {0};
-    int npos = 0, json = 0;
+    int npos = 0, json = 0, allow_unknown_model = 0;
     const char *report = NULL;
     td_args p;
     td_args_init(&p, "compare", usage_text, argc, argv);
@@ -57,6 +59,8 @@ int td_cmd_compare(int argc, char **argv) {
             json = 1;
         } else if (td_args_is(&p, "--allow-token-mismatch")) {
             o.allow_token_mismatch = 1;
+        } else if (td_args_is(&p, "--allow-unknown-model")) {
+            allow_unknown_model = 1;
         } else if (td_args_is(&p, "--control") || td_args_is(&p, "--control-a") || td_args_is(&p, "--control-b") ||
                    td_args_is(&p, "--filter") || td_args_is(&p, "--report")) {
             const char *a = p.arg;
@@ -70,6 +74,8 @@ int td_cmd_compare(int argc, char **argv) {
             double d;
             if (td_args_double(&p, 0, HUGE_VAL, &d)) return TD_EUSAGE;
             if (!(d > 0)) return td_cli_failf("compare", TD_EUSAGE, "%s wants a positive number", p.arg);
+            if (td_args_is(&p, "--k") && d < 1)
+                return td_cli_failf("compare", TD_EUSAGE, "--k wants a finite number >= 1, got %g", d);
             if (td_args_is(&p, "--k")) o.k = d;
             else o.floor = d;
         } else if (td_args_is(&p, "--topk")) {
@@ -90,6 +96,7 @@ int td_cmd_compare(int argc, char **argv) {
 
     td_cmp_result *r;
     td_err err = {{0}};
+    o.require_model_sha256 = !allow_unknown_model;
     int st = td_compare(pos[0], pos[1], &o, &r, &err);
     if (st) return td_cli_fail("compare", st, &err);
     if (json) {
