@@ -58,8 +58,13 @@ void td_sha256_buf(const void *data, size_t n, char hex[65]) {
 }
 
 int td_sha256_file(const char *path, char hex[65], td_err *err) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) return td_err_set(err, TD_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return td_err_set(err, TD_EINPUT, "%s: expected a regular file, found another kind of file", path);
+    }
     SHA2_CTX ctx;
     SHA256Init(&ctx);
     static __thread unsigned char buf[1 << 16];
