@@ -354,3 +354,11 @@ done:
     if (rc) td_run_result_free(res);
     return rc;
 }
+
+int td_same_file_any(const char *path, const char *const *inputs, int n) {
+    struct stat ps, is;
+    if (!path || stat(path, &ps) != 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && stat(inputs[i], &is) == 0 && is.st_dev == ps.st_dev && is.st_ino == ps.st_ino) return 1;
+    return 0;
+}

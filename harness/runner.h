@@ -97,4 +97,9 @@ int td_read_tapfile_tokens(const char *path, int32_t **prompt, int64_t *n_prompt
 #ifdef __cplusplus
 }
 #endif
+/* 1 when path names the same file as any of the n inputs (same device and
+ * inode: links and relative spellings resolve); NULL inputs are skipped. An
+ * output for which this holds would overwrite an input. */
+int td_same_file_any(const char *path, const char *const *inputs, int n);
+
 #endif

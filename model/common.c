@@ -90,11 +90,11 @@ int td_mkdir_p(const char *dir, td_err *err) {
     for (char *q = p + 1; *q && !rc; q++) {
         if (*q != '/') continue;
         *q = '\0';
-        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EOUTPUT, "%s: cannot create: %s", p, strerror(errno));
         *q = '/';
     }
     if (!rc && mkdir(p, 0777) && errno != EEXIST)
-        rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+        rc = td_err_set(err, TD_EOUTPUT, "%s: cannot create: %s", p, strerror(errno));
     free(p);
     return rc;
 }

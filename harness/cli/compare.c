@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "compare.h"
 #include "report.h"
+#include "runner.h"
 
 static const char *usage_text =
     "usage: tapdiff compare A.h5 B.h5 [--control C.h5 | --control-a CA.h5 --control-b CB.h5]\n"
@@ -94,6 +95,17 @@ int td_cmd_compare(int argc, char **argv) {
     if (o.control && o.control_a)
         return td_cli_failf("compare", TD_EUSAGE, "--control and --control-a/--control-b exclude each other");
 
+    if (report) {
+        const char *inputs[] = {pos[0], pos[1], o.control, o.control_a, o.control_b};
+        static const char *const outs[] = {"", "/report.md", "/report.json", "/report.html"};
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s%s", report, outs[i]);
+            if (td_same_file_any(path, inputs, 5))
+                return td_cli_failf("compare", TD_EUSAGE, "--report %s: %s is an input file: refusing to overwrite it",
+                                    report, path);
+        }
+    }
     td_cmp_result *r;
     td_err err = {{0}};
     o.require_model_sha256 = !allow_unknown_model;
