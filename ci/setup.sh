@@ -12,6 +12,7 @@ PKGS=(
   libmd-dev          # SHA-256 (model provenance)
   python3-h5py python3-numpy   # tests check that h5py reads our tap files
   chromium           # the HTML report test renders the report headless
+  clang libclang-rt-14-dev     # libFuzzer targets (fuzz/run.sh, a short run in ci/test.sh)
 )
 
 missing=()

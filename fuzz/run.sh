@@ -24,6 +24,7 @@ td=$b/harness/cli/tapdiff
 c=$b/corpus
 mkdir -p $c/tapfile $c/gguf $c/fx $b/findings
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+export LSAN_OPTIONS=suppressions=$PWD/fuzz/lsan.supp
 # Seeds: the two smallest fixtures; tap files of every kind the writers make.
 $td fixture --out $c/fx --only llama-f32,qwen3moe-q8_0 >/dev/null || exit 1
 cp $c/fx/*.gguf $c/gguf/
