@@ -19,8 +19,8 @@ if [ ! -f $b/build.ninja ]; then
   CC=clang meson setup $b -Dfuzz=true -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debugoptimized \
     -Dwerror=false -Dtests=disabled -Dllamacpp=disabled -Dcuda=disabled >/dev/null || exit 1
 fi
-ninja -C $b fuzz/fuzz_tapfile fuzz/fuzz_gguf harness/cli/tapdiff >/dev/null || exit 1
-td=$b/harness/cli/tapdiff
+ninja -C $b fuzz/fuzz_tapfile fuzz/fuzz_gguf tapdiff >/dev/null || exit 1
+td=$b/tapdiff
 c=$b/corpus
 mkdir -p $c/tapfile $c/gguf $c/fx $b/findings
 export ASAN_OPTIONS=detect_leaks=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
