@@ -263,7 +263,7 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
     const uint64_t ctx = m->hp.n_ctx_train;
     if (ctx > 0 && (uint64_t)cfg->n_prompt + (uint64_t)cfg->n_steps > ctx) {
         rc = td_err_set(err, TD_EUSAGE,
-                        "run: %" PRId64 " prompt tokens + %" PRId64 " steps exceed the model's context length %" PRIu64
+                        "%" PRId64 " prompt tokens + %" PRId64 " steps exceed the model's context length %" PRIu64
                         " (%s)", cfg->n_prompt, cfg->n_steps, ctx, model_path);
         goto done;
     }
@@ -285,12 +285,12 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
         if (S_ISCHR(ts.st_mode) && strcmp(tap_path, "/dev/null") == 0) {
             tap_path = NULL;
         } else if (stat(model_path, &is) == 0 && is.st_dev == ts.st_dev && is.st_ino == ts.st_ino) {
-            rc = td_err_set(err, TD_EUSAGE, "run: the tap file %s is the model %s: refusing to overwrite the model",
+            rc = td_err_set(err, TD_EUSAGE, "the tap file %s is the model %s: refusing to overwrite the model",
                             tap_path, model_path);
             goto done;
         } else if (cfg->decode_label && !strncmp(cfg->decode_label, "pinned:", 7) &&
                    stat(cfg->decode_label + 7, &is) == 0 && is.st_dev == ts.st_dev && is.st_ino == ts.st_ino) {
-            rc = td_err_set(err, TD_EUSAGE, "run: the tap file %s is the pinned input %s: refusing to overwrite it",
+            rc = td_err_set(err, TD_EUSAGE, "the tap file %s is the pinned input %s: refusing to overwrite it",
                             tap_path, cfg->decode_label + 7);
             goto done;
         }
