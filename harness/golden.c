@@ -146,36 +146,7 @@ int td_golden_check(const char *path, td_golden_info *info, td_err *err) {
         goto out;
     }
     memcpy(info->sha256, sha, 65);
-    char *end = NULL;
-    double mx = cmax ? strtod(cmax, &end) : NAN;
-    if (!cmax || end == cmax || *end || !isfinite(mx) || mx < TD_GOLDEN_CALIB_MIN || mx > TD_GOLDEN_CALIB_MAX) {
-        td_err_set(err, rc,
-                   "golden %s: calib_logits_rel_l2_max is %.40s; expected a finite ref32-vs-ref logits error in "
-                   "[%g, %g] (a broken calibration would let the gate pass anything)",
-                   path, cmax ? cmax : "(missing)", TD_GOLDEN_CALIB_MIN, TD_GOLDEN_CALIB_MAX);
-        goto out;
-    }
-    info->calib_max = mx;
     int64_t n = td_tapfile_n_steps(f), k = 0;
-    const char *p = clist ? clist : "";
-    for (; *p && k <= n; k++) {
-        double v = strtod(p, &end);
-        // The list is written with %.6g, the max exactly: a little slack.
-        if (end == p || !isfinite(v) || v < 0 || v > mx * (1 + 1e-5)) {
-            td_err_set(err, rc, "golden %s: calib_logits_rel_l2 value %" PRId64 " is not a finite number in [0, "
-                       "calib_logits_rel_l2_max]", path, k);
-            goto out;
-        }
-        p = end;
-        if (*p == ',') p++;
-        else if (*p) break;
-    }
-    if (*p || k != n || n < 1) {
-        td_err_set(err, rc, "golden %s: calib_logits_rel_l2 should hold one number per step (%" PRId64 " steps)", path,
-                   n);
-        goto out;
-    }
-    info->n_steps = n;
     for (int64_t s = 0; s < n; s++) {
         td_tap_info t;
         if ((rc = td_tapfile_tap(f, s, "out.logits", &t, err))) goto out;
@@ -197,6 +168,35 @@ int td_golden_check(const char *path, td_golden_info *info, td_err *err) {
             goto out;
         }
     }
+    char *end = NULL;
+    double mx = cmax ? strtod(cmax, &end) : NAN;
+    if (!cmax || end == cmax || *end || !isfinite(mx) || mx < TD_GOLDEN_CALIB_MIN || mx > TD_GOLDEN_CALIB_MAX) {
+        td_err_set(err, rc,
+                   "golden %s: calib_logits_rel_l2_max is %.40s; expected a finite ref32-vs-ref logits error in "
+                   "[%g, %g] (a broken calibration would let the gate pass anything)",
+                   path, cmax ? cmax : "(missing)", TD_GOLDEN_CALIB_MIN, TD_GOLDEN_CALIB_MAX);
+        goto out;
+    }
+    info->calib_max = mx;
+    const char *p = clist ? clist : "";
+    for (; *p && k <= n; k++) {
+        double v = strtod(p, &end);
+        // The list is written with %.6g, the max exactly: a little slack.
+        if (end == p || !isfinite(v) || v < 0 || v > mx * (1 + 1e-5)) {
+            td_err_set(err, rc, "golden %s: calib_logits_rel_l2 value %" PRId64 " is not a finite number in [0, "
+                       "calib_logits_rel_l2_max]", path, k);
+            goto out;
+        }
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) break;
+    }
+    if (*p || k != n || n < 1) {
+        td_err_set(err, rc, "golden %s: calib_logits_rel_l2 should hold one number per step (%" PRId64 " steps)", path,
+                   n);
+        goto out;
+    }
+    info->n_steps = n;
     rc = TD_OK;
 out:
     free(logits);

@@ -94,5 +94,21 @@ rc=$?
 [ $rc -eq 2 ] || fail "--steps past the context: exit $rc, expected 2: $(cat "$d/err")"
 grep -q "context length" "$d/err" || fail "--steps past the context: $(cat "$d/err")"
 
+# ---- a golden of a model whose weights hold a NaN: refused, nothing written
+"$td" fixture --out "$d/fx" --only llama-f32 >/dev/null || fail "fixture llama-f32"
+"$td" inspect "$d/fx/llama-f32.gguf" --json --tensors 2>/dev/null | /usr/bin/python3 -c '
+import json, struct, sys
+d = json.load(sys.stdin)
+t = [x for x in d["tensors"] if x["name"] == "output_norm.weight"][0]
+b = bytearray(open(sys.argv[1], "rb").read())
+o = d["data_start"] + t["offset"]
+b[o:o + 4] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(b)' "$d/fx/llama-f32.gguf" "$d/nan.gguf" || fail "cannot make the NaN model"
+"$td" golden --model "$d/nan.gguf" --tokens 1,15 --steps 2 --out "$d/gnan.h5" >/dev/null 2>"$d/err"
+rc=$?
+[ $rc -eq 3 ] || fail "golden of a NaN model: exit $rc, expected 3: $(cat "$d/err")"
+grep -q "non-finite" "$d/err" || fail "golden of a NaN model: the reason is not the non-finite logits: $(cat "$d/err")"
+[ -e "$d/gnan.h5" ] && fail "golden of a NaN model: $d/gnan.h5 was written"
+
 echo "outputs: $fails failure(s)"
 [ $fails -eq 0 ]
