@@ -48,11 +48,16 @@
  *     select in full mode): an H5S_NULL dataset of the native file type
  *     (h5py: shape None); every attribute above is present.
  *
- * Crash safety: the writer commits the file (flush, close, reopen) at every
- * step_end and keeps HDF5's metadata cache from writing anything between two
- * commits, so a process killed at any point leaves exactly the steps whose
- * step_end returned (raw bytes of the unfinished step may trail the file
- * unreferenced; HDF5 ignores them).
+ * Crash safety: the writer creates the file under a temporary name
+ * ("F.tmp.XXXXXX") and renames it to F once it is a valid tap file with no
+ * step; it commits the file (flush, close, reopen) at every step_end and
+ * keeps HDF5's metadata cache from writing anything between two commits, so
+ * a process killed at any point leaves at F either nothing new or exactly
+ * the steps whose step_end returned (raw bytes of the unfinished step may
+ * trail the file unreferenced; HDF5 ignores them). A write error (disk full)
+ * is TD_EOUTPUT at the failing step; room for a commit is reserved before it
+ * starts, and after an error nothing more reaches the file, so the committed
+ * steps stay readable.
  * ---------------------------------------------------------------------------
  */
 #ifndef TD_TAPFILE_H
