@@ -35,10 +35,12 @@ $td run --model $m --backend ref --tokens 1,15 --steps 1 --taps fingerprint --ou
   $td golden --model $m --tokens 1,15 --steps 1 --logits-only --out $c/tapfile/golden.h5 >/dev/null || exit 1
 status=0
 for t in fuzz_tapfile fuzz_gguf; do
-  corpus=$c/${t#fuzz_}
   log=$b/findings/$t.log
-  $b/fuzz/$t $corpus -max_total_time="$secs" -jobs="$jobs" -workers="$jobs" -timeout=30 -rss_limit_mb=4096 \
-    -max_len=4000000 -artifact_prefix=$b/findings/$t- -print_final_stats=1 >"$log" 2>&1
+  par=()
+  # -jobs writes fuzz-N.log into the current directory: keep them in findings/.
+  [ "$jobs" -gt 1 ] && par=(-jobs="$jobs" -workers="$jobs")
+  (cd $b/findings && ../fuzz/$t ../corpus/${t#fuzz_} ${par[@]+"${par[@]}"} -max_total_time="$secs" -timeout=30 \
+    -rss_limit_mb=4096 -max_len=4000000 -artifact_prefix=$t- -print_final_stats=1) >"$log" 2>&1
   rc=$?
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -1)
   cov=$(grep -o 'cov: [0-9]*' "$log" | tail -1)
