@@ -12,6 +12,7 @@
 #include <string.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -357,14 +358,18 @@ static int open_checked(const char *path, td_err *err) {
     }
     if (pid == 0) {
         close(fds[0]);
-        // A loop inside the library on a hostile file must end too: a limit
-        // far above what reading any honest file costs (~20 s per GB).
+        // A loop inside the library on a hostile file must end too. The
+        // limit is on CPU time (a loop spins; a busy machine does not make
+        // an honest file look like one): far above what reading any honest
+        // file costs (~1 s per 100 MB). The wall-clock alarm is a backstop.
         struct stat sb;
-        unsigned limit = 120;
-        if (stat(path, &sb) == 0) limit += (unsigned)((uint64_t)sb.st_size / (50u << 20));
+        uint64_t size = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        rlim_t cpu = 30 + (rlim_t)(size / (20u << 20));
         const char *env = getenv("TD_TAPFILE_CHECK_SECONDS");
-        if (env && atoi(env) > 0) limit = (unsigned)atoi(env);
-        alarm(limit);
+        if (env && atoi(env) > 0) cpu = (rlim_t)atoi(env);
+        struct rlimit rl = {cpu, cpu + 5};
+        setrlimit(RLIMIT_CPU, &rl);
+        alarm((unsigned)(20 * cpu + 600));
         check_child(fds[1], path);
     }
     close(fds[1]);
@@ -389,7 +394,7 @@ static int open_checked(const char *path, td_err *err) {
         td_err_set(err, st, "%s", buf + off);
         return st;
     }
-    if (WIFSIGNALED(ws) && WTERMSIG(ws) == SIGALRM)
+    if (WIFSIGNALED(ws) && (WTERMSIG(ws) == SIGALRM || WTERMSIG(ws) == SIGXCPU || WTERMSIG(ws) == SIGKILL))
         return td_err_set(err, TD_EINPUT, "tap file %s: damaged: reading it did not finish in time (a loop in its "
                           "HDF5 structures)", path);
     if (WIFSIGNALED(ws))
