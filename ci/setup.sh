@@ -14,6 +14,7 @@ PKGS=(
   python3-h5py python3-numpy   # tests check that h5py reads our tap files
   chromium           # the HTML report test renders the report headless
   libvulkan1 mesa-vulkan-drivers   # the llama.cpp Vulkan arm; lavapipe runs it on the CPU
+  clang libclang-rt-14-dev     # libFuzzer targets (fuzz/run.sh, a short run in ci/test.sh)
 )
 
 missing=()

@@ -32,6 +32,14 @@ run_suite build "tests:"
 bash ci/build.sh build-san -Db_sanitize=address,undefined -Db_lundef=false -Dbuildtype=debug
 run_suite build-san "sanitized:"
 
+# libFuzzer: a short run of each target (fuzz/run.sh; 25 s each). 77 = no clang.
+fz=0
+bash fuzz/run.sh 25 | tee /tmp/td_fuzz_summary.$$ || fz=$?
+if [ $fz -eq 77 ]; then summary+=("fuzz: skipped (no clang/libFuzzer)")
+elif [ $fz -ne 0 ]; then status=1; summary+=("fuzz: FINDINGS (build-fuzz/findings/)")
+else summary+=("fuzz: $(grep -c ', exit 0' /tmp/td_fuzz_summary.$$) targets, no finding"); fi
+rm -f /tmp/td_fuzz_summary.$$
+
 echo
 for s in "${summary[@]}"; do echo "$s"; done
 exit $status

@@ -1065,6 +1065,11 @@ static int check_models(ctx *c, td_err *err) {
     for (int i = 0; i < 4; i++) {
         if (!arms[i]) continue;
         sha[i] = attr_or_empty(arms[i]->f, "model_sha256");
+        if (!sha[i][0] && c->o->require_model_sha256 && !st)
+            st = td_err_set(err, TD_EINPUT,
+                            "%s has no model_sha256: which model it ran is unknown, so a comparison could "
+                            "pass across models (--allow-unknown-model compares it anyway)",
+                            arms[i]->path);
         if (!sha[i][0]) continue;
         if (!ref) {
             ref = sha[i];

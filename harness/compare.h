@@ -132,6 +132,7 @@ typedef struct td_cmp_options {
     const char *floor_note;  /* why the floor was replaced, for the reports (may be NULL) */
     const char *filter;      /* comma-separated fnmatch globs on full tap names; NULL/"" = all */
     int allow_token_mismatch;
+    int require_model_sha256; /* an arm without model_sha256 is refused (TD_EINPUT): the CLI sets it */
     int topk;                /* logits top-k overlap; <= 0 = default (5), at most TD_CMP_TOPK_MAX */
     const char *control;     /* err_ctrl = err(A, control) */
     const char *control_a;   /* err_ctrl = err(control_a, control_b) (both or neither) */

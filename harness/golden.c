@@ -1,6 +1,8 @@
 /* tapdiff golden files: the library side of `tapdiff golden` and `tapdiff
  * gate` (which fixture a model is, attributes on a closed golden, the copy of
  * a run's data taps). No HDF5 call here: taps/ owns the file format. */
+#include <math.h>
+#include <inttypes.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -111,3 +113,98 @@ out:
     return rc;
 }
 
+
+int td_golden_check(const char *path, td_golden_info *info, td_err *err) {
+    memset(info, 0, sizeof *info);
+    td_tapfile *f = NULL;
+    int rc = td_tapfile_open(&f, path, err);
+    if (rc) return rc;
+    char *marker = NULL, *version = NULL, *sha = NULL, *cmax = NULL, *clist = NULL;
+    double *logits = NULL;
+    td_tapfile_attr_str(f, "golden", &marker, NULL);
+    td_tapfile_attr_str(f, "golden_version", &version, NULL);
+    td_tapfile_attr_str(f, "model_sha256", &sha, NULL);
+    td_tapfile_attr_str(f, "calib_logits_rel_l2_max", &cmax, NULL);
+    td_tapfile_attr_str(f, "calib_logits_rel_l2", &clist, NULL);
+    rc = TD_EINPUT;
+    if (!marker || strcmp(marker, TD_GOLDEN_MARKER)) {
+        td_err_set(err, rc, "golden %s: no golden = \"" TD_GOLDEN_MARKER "\" attribute: a tap file, not a golden "
+                   "(make one with tapdiff golden)", path);
+        goto out;
+    }
+    if (!version || strcmp(version, "1")) {
+        td_err_set(err, rc, "golden %s: golden_version is \"%.32s\", this tapdiff reads version 1", path,
+                   version ? version : "(missing)");
+        goto out;
+    }
+    size_t sl = sha ? strlen(sha) : 0;
+    int hex = sl == 64;
+    for (size_t i = 0; hex && i < sl; i++) hex = (sha[i] >= '0' && sha[i] <= '9') || (sha[i] >= 'a' && sha[i] <= 'f');
+    if (!hex) {
+        td_err_set(err, rc, "golden %s: model_sha256 is \"%.80s\", expected 64 lowercase hex digits", path,
+                   sha ? sha : "(missing)");
+        goto out;
+    }
+    memcpy(info->sha256, sha, 65);
+    int64_t n = td_tapfile_n_steps(f), k = 0;
+    for (int64_t s = 0; s < n; s++) {
+        td_tap_info t;
+        if ((rc = td_tapfile_tap(f, s, "out.logits", &t, err))) goto out;
+        rc = TD_EINPUT;
+        if (!t.has_data) {
+            td_err_set(err, rc, "golden %s: step %" PRId64 ": out.logits has no data", path, s);
+            goto out;
+        }
+        // The fingerprint counts non-finite values; the data is checked too,
+        // a fingerprint can be edited apart from it.
+        logits = td_xrealloc(logits, (t.count ? t.count : 1) * sizeof *logits);
+        if ((rc = td_tapfile_read_f64(f, s, "out.logits", logits, t.count, err))) goto out;
+        rc = TD_EINPUT;
+        uint64_t bad = t.fp.n_nonfinite;
+        for (uint64_t i = 0; i < t.count; i++) bad += !isfinite(logits[i]);
+        if (bad) {
+            td_err_set(err, rc, "golden %s: step %" PRId64 ": out.logits holds non-finite values: a golden must be "
+                       "finite", path, s);
+            goto out;
+        }
+    }
+    char *end = NULL;
+    double mx = cmax ? strtod(cmax, &end) : NAN;
+    if (!cmax || end == cmax || *end || !isfinite(mx) || mx < TD_GOLDEN_CALIB_MIN || mx > TD_GOLDEN_CALIB_MAX) {
+        td_err_set(err, rc,
+                   "golden %s: calib_logits_rel_l2_max is %.40s; expected a finite ref32-vs-ref logits error in "
+                   "[%g, %g] (a broken calibration would let the gate pass anything)",
+                   path, cmax ? cmax : "(missing)", TD_GOLDEN_CALIB_MIN, TD_GOLDEN_CALIB_MAX);
+        goto out;
+    }
+    info->calib_max = mx;
+    const char *p = clist ? clist : "";
+    for (; *p && k <= n; k++) {
+        double v = strtod(p, &end);
+        // The list is written with %.6g, the max exactly: a little slack.
+        if (end == p || !isfinite(v) || v < 0 || v > mx * (1 + 1e-5)) {
+            td_err_set(err, rc, "golden %s: calib_logits_rel_l2 value %" PRId64 " is not a finite number in [0, "
+                       "calib_logits_rel_l2_max]", path, k);
+            goto out;
+        }
+        p = end;
+        if (*p == ',') p++;
+        else if (*p) break;
+    }
+    if (*p || k != n || n < 1) {
+        td_err_set(err, rc, "golden %s: calib_logits_rel_l2 should hold one number per step (%" PRId64 " steps)", path,
+                   n);
+        goto out;
+    }
+    info->n_steps = n;
+    rc = TD_OK;
+out:
+    free(logits);
+    free(marker);
+    free(version);
+    free(sha);
+    free(cmax);
+    free(clist);
+    td_tapfile_close(f);
+    return rc;
+}

@@ -7,7 +7,9 @@
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <inttypes.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <time.h>
 
 #include "tapfile.h"
@@ -262,6 +264,13 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
         (rc = check_tokens(cfg->pinned, cfg->n_steps, V, "pinned", model_path, err)))
         goto done;
 
+    const uint64_t ctx = m->hp.n_ctx_train;
+    if (ctx > 0 && (uint64_t)cfg->n_prompt + (uint64_t)cfg->n_steps > ctx) {
+        rc = td_err_set(err, TD_EUSAGE,
+                        "%" PRId64 " prompt tokens + %" PRId64 " steps exceed the model's context length %" PRIu64
+                        " (%s)", cfg->n_prompt, cfg->n_steps, ctx, model_path);
+        goto done;
+    }
     td_backend_params params = {
         .threads = cfg->threads,
         .n_ctx = cfg->n_ctx ? cfg->n_ctx : (uint32_t)(cfg->n_prompt + cfg->n_steps),
@@ -274,11 +283,28 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
     snprintf(res->arch, sizeof res->arch, "%s", td_arch_name(m->hp.arch));
     snprintf(res->profile, sizeof res->profile, "%s", run_profile(cfg, vt, b));
 
-    if (cfg->tap_path) {
+    // Outputs never overwrite inputs; /dev/null means "no taps".
+    const char *tap_path = cfg->tap_path;
+    struct stat ts, is;
+    if (tap_path && stat(tap_path, &ts) == 0) {
+        if (S_ISCHR(ts.st_mode) && strcmp(tap_path, "/dev/null") == 0) {
+            tap_path = NULL;
+        } else if (stat(model_path, &is) == 0 && is.st_dev == ts.st_dev && is.st_ino == ts.st_ino) {
+            rc = td_err_set(err, TD_EUSAGE, "the tap file %s is the model %s: refusing to overwrite the model",
+                            tap_path, model_path);
+            goto done;
+        } else if (cfg->decode_label && !strncmp(cfg->decode_label, "pinned:", 7) &&
+                   stat(cfg->decode_label + 7, &is) == 0 && is.st_dev == ts.st_dev && is.st_ino == ts.st_ino) {
+            rc = td_err_set(err, TD_EUSAGE, "the tap file %s is the pinned input %s: refusing to overwrite it",
+                            tap_path, cfg->decode_label + 7);
+            goto done;
+        }
+    }
+    if (tap_path) {
         td_tap_options opt = td_tap_options_default();
         opt.mode = cfg->tap_mode;
         opt.filter = cfg->tap_filter;
-        if ((rc = td_tap_sink_open(&sink, cfg->tap_path, &opt, err))) goto done;
+        if ((rc = td_tap_sink_open(&sink, tap_path, &opt, err))) goto done;
         if ((rc = write_provenance(sink, cfg, m, model_path, vt, b, res->backend_version, err))) goto done;
     }
 
@@ -287,7 +313,9 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
     res->n_vocab = V;
     res->fed = td_xcalloc((size_t)(cfg->n_steps ? cfg->n_steps : 1), sizeof *res->fed);
     res->sampled = td_xcalloc((size_t)n_fwd, sizeof *res->sampled);
-    res->logits = td_xcalloc((size_t)(n_fwd * V), sizeof *res->logits);
+    // Only the latest row is kept: memory does not grow with the steps.
+    const int64_t rows = cfg->keep_all_logits ? n_fwd : 1;
+    res->logits = td_xcalloc((size_t)(rows * V), sizeof *res->logits);
     lg = td_xmalloc((size_t)(cfg->n_prompt * V) * sizeof *lg);
 
     for (int64_t f = 0; f < n_fwd; f++) {
@@ -309,12 +337,12 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
         if ((rc = td_tap_step_end(sink, err))) goto done;
         if (prefill) res->prefill_s = dt;
         else res->decode_s += dt;
-        double *last = res->logits + f * V;
+        double *last = res->logits + (cfg->keep_all_logits ? f * V : 0);
         memcpy(last, lg + (T - 1) * V, (size_t)V * sizeof *last);
         res->sampled[f] = td_argmax(last, V);
         if (cfg->on_step) cfg->on_step(cfg->user, f + 1, n_fwd);
     }
-    res->final_logits = res->logits + (n_fwd - 1) * V;
+    res->final_logits = res->logits + (rows - 1) * V;
 
 done:
     if (sink) {
@@ -330,4 +358,12 @@ done:
     if (own) td_model_close(own);
     if (rc) td_run_result_free(res);
     return rc;
+}
+
+int td_same_file_any(const char *path, const char *const *inputs, int n) {
+    struct stat ps, is;
+    if (!path || stat(path, &ps) != 0) return 0;
+    for (int i = 0; i < n; i++)
+        if (inputs[i] && stat(inputs[i], &is) == 0 && is.st_dev == ps.st_dev && is.st_ino == ps.st_ino) return 1;
+    return 0;
 }

@@ -42,6 +42,7 @@ typedef struct td_run_config {
     const char *tap_filter;    /* (optional) data filter in full mode (tap.h) */
     int threads;               /* backend threads, 0 = its default */
     uint32_t n_ctx;            /* KV capacity, 0 = n_prompt + n_steps */
+    int keep_all_logits;       /* 1: res->logits keeps every forward's row (tests); 0: the latest only */
     const char *inject;        /* (optional) backend fault injection */
     const char *profile;       /* (optional) arithmetic profile */
     const char *command_line;  /* (optional) provenance */
@@ -60,7 +61,7 @@ typedef struct td_run_result {
     int64_t n_vocab;      /* V */
     int32_t *fed;         /* (n_steps) token consumed by each decode step */
     int32_t *sampled;     /* (n_forwards) argmax of each forward's last position */
-    double *logits;       /* (n_forwards, V) last-position logits of every forward */
+    double *logits;       /* (n_forwards, V) with keep_all_logits, else (V): the latest forward's row */
     const double *final_logits; /* the last forward's row of `logits` (V) */
     double prefill_s;     /* wall time of the prefill forward (taps included) */
     double decode_s;      /* wall time of all decode forwards */
@@ -98,4 +99,9 @@ int td_read_tapfile_tokens(const char *path, int32_t **prompt, int64_t *n_prompt
 #ifdef __cplusplus
 }
 #endif
+/* 1 when path names the same file as any of the n inputs (same device and
+ * inode: links and relative spellings resolve); NULL inputs are skipped. An
+ * output for which this holds would overwrite an input. */
+int td_same_file_any(const char *path, const char *const *inputs, int n);
+
 #endif

@@ -58,8 +58,13 @@ void td_sha256_buf(const void *data, size_t n, char hex[65]) {
 }
 
 int td_sha256_file(const char *path, char hex[65], td_err *err) {
-    int fd = open(path, O_RDONLY);
+    int fd = open(path, O_RDONLY | O_NONBLOCK);
     if (fd < 0) return td_err_set(err, TD_EINPUT, "%s: cannot open: %s", path, strerror(errno));
+    struct stat sb;
+    if (fstat(fd, &sb) != 0 || !S_ISREG(sb.st_mode)) {
+        close(fd);
+        return td_err_set(err, TD_EINPUT, "%s: expected a regular file, found another kind of file", path);
+    }
     SHA2_CTX ctx;
     SHA256Init(&ctx);
     static __thread unsigned char buf[1 << 16];
@@ -85,11 +90,11 @@ int td_mkdir_p(const char *dir, td_err *err) {
     for (char *q = p + 1; *q && !rc; q++) {
         if (*q != '/') continue;
         *q = '\0';
-        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EOUTPUT, "%s: cannot create: %s", p, strerror(errno));
         *q = '/';
     }
     if (!rc && mkdir(p, 0777) && errno != EEXIST)
-        rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+        rc = td_err_set(err, TD_EOUTPUT, "%s: cannot create: %s", p, strerror(errno));
     free(p);
     return rc;
 }

@@ -574,7 +574,9 @@ int td_gguf_open_mem(td_gguf **out, const void *buf, size_t size, const char *la
 int td_gguf_open(td_gguf **out, const char *path, td_err *err) {
     TD_ASSERT(out && path);
     *out = NULL;
-    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    // O_NONBLOCK: opening a FIFO must not wait for a writer; it is refused
+    // below like any other non-regular file.
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK);
     if (fd < 0) return td_err_set(err, TD_EINPUT, "%s: cannot open: %s", path, strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {

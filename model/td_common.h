@@ -17,6 +17,7 @@ typedef enum td_status {
     TD_DIVERGENT = 1,      /* a comparison found a divergence */
     TD_EUSAGE = 2,         /* bad command line */
     TD_EINPUT = 3,         /* bad input file: GGUF, HDF5, token file, ... */
+    TD_EOUTPUT = 4,        /* an output cannot be written: path, permission, disk full */
     TD_SKIP = 77,          /* backend not built / no device */
     TD_EINTERNAL = 99,     /* out of memory, I/O failure, bug */
 } td_status;

@@ -337,7 +337,7 @@ static int write_one(const char *dir, const char *name, const td_audit_result *r
     FILE *f = fopen(path, "w");
     int rc = TD_OK;
     if (!f) {
-        rc = td_err_set(err, TD_EINPUT, "%s: cannot write: %s", path, strerror(errno));
+        rc = td_err_set(err, TD_EOUTPUT, "%s: cannot write: %s", path, strerror(errno));
     } else {
         if (kind == 0) td_audit_markdown(f, r);
         else if (kind == 1) {
@@ -346,7 +346,7 @@ static int write_one(const char *dir, const char *name, const td_audit_result *r
             fputc('\n', f);
             free(s);
         } else td_audit_html(f, r);
-        if (ferror(f) | fclose(f)) rc = td_err_set(err, TD_EINPUT, "%s: write failed", path);
+        if (ferror(f) | fclose(f)) rc = td_err_set(err, TD_EOUTPUT, "%s: write failed", path);
     }
     free(path);
     return rc;

@@ -185,9 +185,9 @@ int td_report_write_dir(const char *dir, const td_cmp_result *r, td_err *err) {
         FILE *f = fopen(path, "w");
         if (!f) {
             int e = errno;
-            td_err_set(err, TD_EINPUT, "report file %s: cannot write it: %s", path, strerror(e));
+            td_err_set(err, TD_EOUTPUT, "report file %s: cannot write it: %s", path, strerror(e));
             free(path);
-            return TD_EINPUT;
+            return TD_EOUTPUT;
         }
         if (i == 0) td_report_markdown(f, r);
         if (i == 1) {
@@ -199,9 +199,9 @@ int td_report_write_dir(const char *dir, const td_cmp_result *r, td_err *err) {
         if (i == 2) td_report_html(f, r);
         int bad = ferror(f);
         if (fclose(f) || bad) {
-            td_err_set(err, TD_EINPUT, "report file %s: write failed", path);
+            td_err_set(err, TD_EOUTPUT, "report file %s: write failed", path);
             free(path);
-            return TD_EINPUT;
+            return TD_EOUTPUT;
         }
         free(path);
     }

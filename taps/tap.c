@@ -25,6 +25,7 @@
  * read back intact at all 36 kill points. taps/tests/test_taps.c
  * (sigkill_leaves_finished_steps) fails for the flush-only writer. */
 #include <ctype.h>
+#include <errno.h>
 #include <fnmatch.h>
 #include <hdf5.h>
 #include <inttypes.h>
@@ -34,6 +35,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <sys/syscall.h>
+#include <unistd.h>
 
 #include "tap.h"
 #include "tap_internal.h"
@@ -66,6 +71,8 @@ struct td_tap_sink {
     int64_t step_taps;  // taps emitted in the open step
     int64_t seq;        // next sequence number
     int status;         // sticky first error (TD_OK while healthy)
+    int abandoned;      // the file's descriptor now points at a memfd
+    uint64_t reserve;   // bytes last reserved past the allocation (tests)
     td_err err;
     // td_tap_step_begin_tokens: the token history hist.tokens reports
     int64_t next_pos;   // pos0 of a step begun without positions
@@ -94,7 +101,42 @@ static int fail(td_tap_sink *s, int status, const char *fmt, ...) {
     return s->status;
 }
 
-static int report(const td_tap_sink *s, td_err *err) {
+/* After a write error nothing more may reach the file: HDF5 would still
+ * flush the open step's metadata at close, over structures the committed
+ * steps share, and a close that fails leaves the library in a state its
+ * shutdown at exit crashes on. So the file's descriptor is pointed at an
+ * anonymous memory file (memfd): the close then succeeds against it, and the
+ * file on disk stays exactly as of the last commit. */
+static void abandon_file(td_tap_sink *s) {
+    if (s->abandoned || s->file < 0) return;
+    void *h = NULL;
+    if (H5Fget_vfd_handle(s->file, s->fapl, &h) < 0 || !h) return;
+    int fd = *(int *)h, mfd = (int)syscall(SYS_memfd_create, "tapdiff-abandoned", 0);
+    if (mfd < 0) return;
+    if (dup2(mfd, fd) >= 0) s->abandoned = 1;
+    close(mfd);
+}
+
+// 0, or -1 with errno (ENOSPC) when the disk cannot hold the commit.
+// Filesystems without fallocate are not protected (EOPNOTSUPP: 0).
+static int reserve_space(td_tap_sink *s) {
+    haddr_t eoa = 0;
+    void *h = NULL;
+    if (H5Fget_eoa(s->file, &eoa) < 0 || H5Fget_vfd_handle(s->file, s->fapl, &h) < 0 || !h) return 0;
+    uint64_t slack = (1u << 20) + (uint64_t)eoa / 8;
+    s->reserve = slack;
+    const char *lim = getenv("TD_TAPS_FAIL_AT_BYTES"); // test hook: a disk of this size
+    if (lim && *lim && (uint64_t)eoa + slack > strtoull(lim, NULL, 10)) {
+        errno = ENOSPC;
+        return -1;
+    }
+    int r = fallocate(*(int *)h, FALLOC_FL_KEEP_SIZE, 0, (off_t)(eoa + slack));
+    if (r != 0 && (errno == EOPNOTSUPP || errno == ENOSYS)) return 0;
+    return r;
+}
+
+static int report(td_tap_sink *s, td_err *err) {
+    if (s->status == TD_EOUTPUT) abandon_file(s);
     if (s->status != TD_OK && err) memcpy(err, &s->err, sizeof *err);
     return s->status;
 }
@@ -296,6 +338,7 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
     s->fapl = s->str_type = s->file = s->steps = s->step = H5I_INVALID_HID;
 
     const char *what;
+    char *tmp = NULL;
     hid_t fcpl = H5I_INVALID_HID;
     what = "set up HDF5 file access";
     if ((s->fapl = make_fapl()) < 0) goto fail;
@@ -308,8 +351,31 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
     // metadata of a small dataset. (Needs superblock v1; still 1.8-readable.)
     what = "set up HDF5 file creation";
     if (!H5OK(fcpl = H5Pcreate(H5P_FILE_CREATE)) || !H5OK(H5Pset_istore_k(fcpl, 4))) goto fail;
+    // The file is made under a temporary name and renamed once it is a
+    // valid, committed (empty) tap file: a kill at any instant leaves at
+    // `path` either nothing new or a readable file.
+    struct stat sb;
+    if (stat(path, &sb) == 0 && !S_ISREG(sb.st_mode)) {
+        td_err_set(err, TD_EOUTPUT, "tap file %s: exists and is not a regular file: not overwritten", path);
+        goto fail_quiet;
+    }
+    size_t tl = strlen(path) + 16;
+    tmp = td_xmalloc(tl);
+    snprintf(tmp, tl, "%s.tmp.XXXXXX", path);
+    int tfd = mkstemp(tmp);
+    if (tfd < 0) {
+        td_err_set(err, TD_EOUTPUT, "tap file %s: cannot create it: %s", path, strerror(errno));
+        free(tmp);
+        tmp = NULL;
+        goto fail_quiet;
+    }
+    mode_t um = umask(0);
+    umask(um);
+    if (fchmod(tfd, 0666 & ~um)) { /* keeps mkstemp's 0600: still usable */
+    }
+    close(tfd);
     what = "create it";
-    if (!H5OK(s->file = H5Fcreate(path, H5F_ACC_TRUNC, fcpl, s->fapl))) goto fail;
+    if (!H5OK(s->file = H5Fcreate(tmp, H5F_ACC_TRUNC, fcpl, s->fapl))) goto fail;
     H5Pclose(fcpl);
     fcpl = H5I_INVALID_HID;
 
@@ -328,14 +394,29 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
         goto fail;
     what = "create group /steps";
     if (!H5OK(s->steps = H5Gcreate2(s->file, "steps", H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) goto fail;
+    what = "commit it";
+    if (file_close(s) < 0) goto fail;
+    if (rename(tmp, path) != 0) {
+        td_err_set(err, TD_EOUTPUT, "tap file %s: cannot rename %s to it: %s", path, tmp, strerror(errno));
+        goto fail_quiet;
+    }
+    free(tmp);
+    tmp = NULL;
+    what = "reopen it";
+    if (!H5OK(s->file = H5Fopen(path, H5F_ACC_RDWR, s->fapl)) ||
+        !H5OK(s->steps = H5Gopen2(s->file, "steps", H5P_DEFAULT)))
+        goto fail;
     *out = s;
     return TD_OK;
 fail:
-    td_err_set(err, TD_EINTERNAL, "tap file %s: cannot %s (%s)", path, what, td_taps_h5_last());
+    td_err_set(err, TD_EOUTPUT, "tap file %s: cannot %s (%s)", path, what, td_taps_h5_last());
+fail_quiet:
     if (fcpl >= 0) H5Pclose(fcpl);
     file_close(s);
+    if (tmp) unlink(tmp);
+    free(tmp);
     sink_free(s);
-    return TD_EINTERNAL;
+    return TD_EOUTPUT;
 }
 
 static int root_attr(td_tap_sink *s, const char *key, hid_t ftype, hid_t mtype, const void *buf) {
@@ -345,7 +426,7 @@ static int root_attr(td_tap_sink *s, const char *key, hid_t ftype, hid_t mtype, 
         return fail(s, TD_EINPUT, "tap file %s: root attribute '%s' is written by the tap sink itself", s->path,
                     key);
     if (attr_put(s->file, key, ftype, mtype, 0, buf) < 0)
-        return fail(s, TD_EINTERNAL, "tap file %s: cannot write root attribute '%s' (%s)", s->path, key,
+        return fail(s, TD_EOUTPUT, "tap file %s: cannot write root attribute '%s' (%s)", s->path, key,
                     td_taps_h5_last());
     return TD_OK;
 }
@@ -404,7 +485,7 @@ int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n
     s->hist_due = s->hist_emitted = 0;
     return TD_OK;
 h5fail:
-    fail(s, TD_EINTERNAL, "tap file %s: cannot create step /steps/%s (%s)", s->path, name, td_taps_h5_last());
+    fail(s, TD_EOUTPUT, "tap file %s: cannot create step /steps/%s (%s)", s->path, name, td_taps_h5_last());
     return report(s, err);
 }
 
@@ -428,19 +509,27 @@ int td_tap_step_end(td_tap_sink *s, td_err *err) {
     if (!H5OK(H5Gclose(s->step))) rc = -1;
     s->step = H5I_INVALID_HID;
     if (rc < 0) {
-        fail(s, TD_EINTERNAL, "tap file %s: cannot finish step /steps/%s (%s)", s->path, name, td_taps_h5_last());
+        fail(s, TD_EOUTPUT, "tap file %s: cannot finish step /steps/%s (%s)", s->path, name, td_taps_h5_last());
+        return report(s, err);
+    }
+    // A commit that ran out of space half-way would leave the committed
+    // steps' shared structures half-written: room for everything the close
+    // can write is reserved first (the step's metadata lies below the
+    // allocation end; what the close allocates stays far below the slack).
+    if (reserve_space(s) != 0) {
+        fail(s, TD_EOUTPUT, "tap file %s: cannot commit step %s: %s", s->path, name, strerror(errno));
         return report(s, err);
     }
     // The commit (see the top of this file): the close writes every cached
     // entry and truncates the file to its allocation; the reopen starts with
     // an empty cache and no memory of freed space.
     if (file_close(s) < 0) {
-        fail(s, TD_EINTERNAL, "tap file %s: cannot commit step %s (%s)", s->path, name, td_taps_h5_last());
+        fail(s, TD_EOUTPUT, "tap file %s: cannot commit step %s (%s)", s->path, name, td_taps_h5_last());
         return report(s, err);
     }
     if (!H5OK(s->file = H5Fopen(s->path, H5F_ACC_RDWR, s->fapl)) ||
         !H5OK(s->steps = H5Gopen2(s->file, "steps", H5P_DEFAULT))) {
-        fail(s, TD_EINTERNAL, "tap file %s: cannot reopen it after step %s (%s)", s->path, name,
+        fail(s, TD_EOUTPUT, "tap file %s: cannot reopen it after step %s (%s)", s->path, name,
              td_taps_h5_last());
         return report(s, err);
     }
@@ -540,7 +629,7 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
     }
     htri_t dup;
     if (!H5OK(dup = H5Lexists(s->step, full, H5P_DEFAULT))) {
-        fail(s, TD_EINTERNAL, "tap file %s: step %s: cannot look up tap '%s' (%s)", s->path, step, full,
+        fail(s, TD_EOUTPUT, "tap file %s: step %s: cannot look up tap '%s' (%s)", s->path, step, full,
              td_taps_h5_last());
         return;
     }
@@ -583,7 +672,7 @@ close_space:
     if (!H5OK(H5Sclose(space))) ok = 0;
 out:
     if (!ok) {
-        fail(s, TD_EINTERNAL, "tap file %s: step %s: cannot write tap '%s' (%s)", s->path, step, full,
+        fail(s, TD_EOUTPUT, "tap file %s: step %s: cannot write tap '%s' (%s)", s->path, step, full,
              td_taps_h5_last());
         return;
     }
@@ -625,10 +714,10 @@ int td_tap_sink_close(td_tap_sink *s, td_err *err) {
     if (!s) return TD_OK;
     // A step still open keeps complete = 0: readers skip it.
     if (s->step >= 0 && !H5OK(H5Gclose(s->step)))
-        fail(s, TD_EINTERNAL, "tap file %s: cannot close the open step (%s)", s->path, td_taps_h5_last());
+        fail(s, TD_EOUTPUT, "tap file %s: cannot close the open step (%s)", s->path, td_taps_h5_last());
     s->step = H5I_INVALID_HID;
     if (file_close(s) < 0)
-        fail(s, TD_EINTERNAL, "tap file %s: cannot close it (%s)", s->path, td_taps_h5_last());
+        fail(s, TD_EOUTPUT, "tap file %s: cannot close it (%s)", s->path, td_taps_h5_last());
     int st = report(s, err);
     sink_free(s);
     return st;

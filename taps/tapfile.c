@@ -10,7 +10,12 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
 #include "tap_internal.h"
 #include "tapfile.h"
@@ -233,10 +238,7 @@ static int scan_steps(td_tapfile *f, td_err *err) {
     return TD_OK;
 }
 
-int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
-    TD_ASSERT(out != NULL && path != NULL);
-    *out = NULL;
-    td_taps_h5_quiet();
+static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return td_err_set(err, TD_EINPUT, "tap file %s: cannot open it: %s", path, strerror(errno));
@@ -251,7 +253,26 @@ int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
     f->file = f->steps = H5I_INVALID_HID;
     int st = TD_EINPUT;
     char *format = NULL;
-    if (!H5OK(f->file = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT))) {
+    // HDF5's metadata cache grows with what was read (up to 32 MiB by
+    // default): a long file would cost memory in proportion to its steps.
+    // A reader visits each object once, so a small cache loses nothing.
+    hid_t fapl = H5Pcreate(H5P_FILE_ACCESS);
+    H5AC_cache_config_t mdc;
+    memset(&mdc, 0, sizeof mdc);
+    mdc.version = H5AC__CURR_CACHE_CONFIG_VERSION;
+    if (fapl >= 0 && H5Pget_mdc_config(fapl, &mdc) >= 0) {
+        mdc.set_initial_size = 1;
+        // Sizes count the entries' bytes on disk; parsed object headers
+        // take ~15 times that in memory (measured: 1 MiB of cache held
+        // 25 MB), so 256 KiB is a few steps' worth of objects.
+        mdc.initial_size = 256 << 10;
+        mdc.min_size = 128 << 10;
+        mdc.max_size = 256 << 10;
+        H5Pset_mdc_config(fapl, &mdc);
+    }
+    f->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
+    if (fapl >= 0) H5Pclose(fapl);
+    if (!H5OK(f->file)) {
         td_err_set(err, st, "tap file %s: cannot open it as HDF5 (%s)", path, td_taps_h5_last());
         goto fail;
     }
@@ -289,6 +310,119 @@ int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
 fail:
     free(format);
     tapfile_free(f);
+    return st;
+}
+
+/* ------------------------------------------------------ isolated check */
+
+// The HDF5 library trusts lengths stored in the file (a variable-length
+// string's length is copied from the file and the heap object is copied into
+// a buffer of that length), and no API call lets us check them first. So the
+// first reading of a file happens in a forked child that walks all of it; a
+// child killed by a signal, stopped by a sanitizer or out of time means the
+// file is damaged, and the parent never touches it. The child's stderr goes
+// to /dev/null: what the library or a sanitizer says about a hostile file is
+// not ours to print; the verdict comes back on a pipe as "OK" or
+// "<status> <message>".
+
+static int check_child(int fd, const char *path) {
+    int devnull = open("/dev/null", O_WRONLY);
+    if (devnull >= 0) {
+        dup2(devnull, STDERR_FILENO);
+        close(devnull);
+    }
+    td_err e = {{0}};
+    td_tapfile *f = NULL;
+    int st = open_inprocess(&f, path, &e);
+    if (!st) st = td_tapfile_check(f, &e);
+    char buf[sizeof e.msg + 16];
+    int n = st ? snprintf(buf, sizeof buf, "%d %s", st, e.msg) : snprintf(buf, sizeof buf, "OK");
+    if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1;
+    ssize_t w = write(fd, buf, (size_t)n);
+    (void)w;
+    // _exit: no atexit handlers (HDF5's shutdown, leak checks) in the child;
+    // the file and its handles are abandoned on purpose.
+    _exit(0);
+}
+
+static int open_checked(const char *path, td_err *err) {
+    int fds[2];
+    if (pipe(fds) != 0)
+        return td_err_set(err, TD_EINTERNAL, "tap file %s: cannot create a pipe: %s", path, strerror(errno));
+    fflush(NULL);
+    pid_t pid = fork();
+    if (pid < 0) {
+        close(fds[0]);
+        close(fds[1]);
+        return td_err_set(err, TD_EINTERNAL, "tap file %s: cannot fork the checker: %s", path, strerror(errno));
+    }
+    if (pid == 0) {
+        close(fds[0]);
+        // A loop inside the library on a hostile file must end too. The
+        // limit is on CPU time (a loop spins; a busy machine does not make
+        // an honest file look like one): far above what reading any honest
+        // file costs (~1 s per 100 MB). The wall-clock alarm is a backstop.
+        struct stat sb;
+        uint64_t size = stat(path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+        rlim_t cpu = 30 + (rlim_t)(size / (20u << 20));
+        const char *env = getenv("TD_TAPFILE_CHECK_SECONDS");
+        if (env && atoi(env) > 0) cpu = (rlim_t)atoi(env);
+        struct rlimit rl = {cpu, cpu + 5};
+        setrlimit(RLIMIT_CPU, &rl);
+        alarm((unsigned)(20 * cpu + 600));
+        check_child(fds[1], path);
+    }
+    close(fds[1]);
+    char buf[sizeof err->msg + 16];
+    size_t len = 0;
+    for (;;) {
+        ssize_t r = read(fds[0], buf + len, sizeof buf - 1 - len);
+        if (r < 0 && errno == EINTR) continue;
+        if (r <= 0) break;
+        len += (size_t)r;
+        if (len == sizeof buf - 1) break;
+    }
+    buf[len] = '\0';
+    close(fds[0]);
+    int ws = 0;
+    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    }
+    if (len >= 2 && strcmp(buf, "OK") == 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return TD_OK;
+    int st = 0, off = 0;
+    if (len > 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0 && sscanf(buf, "%d %n", &st, &off) == 1 && off > 0 &&
+        st > 0) {
+        td_err_set(err, st, "%s", buf + off);
+        return st;
+    }
+    if (WIFSIGNALED(ws) && (WTERMSIG(ws) == SIGALRM || WTERMSIG(ws) == SIGXCPU || WTERMSIG(ws) == SIGKILL))
+        return td_err_set(err, TD_EINPUT, "tap file %s: damaged: reading it did not finish in time (a loop in its "
+                          "HDF5 structures)", path);
+    if (WIFSIGNALED(ws))
+        return td_err_set(err, TD_EINPUT, "tap file %s: damaged: reading it crashed the HDF5 library (signal %d, "
+                          "%s)", path, WTERMSIG(ws), strsignal(WTERMSIG(ws)));
+    return td_err_set(err, TD_EINPUT, "tap file %s: damaged: reading it failed inside the HDF5 library (checker "
+                      "exit status %d)", path, WIFEXITED(ws) ? WEXITSTATUS(ws) : -1);
+}
+
+int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
+    TD_ASSERT(out != NULL && path != NULL);
+    *out = NULL;
+    td_taps_h5_quiet();
+    struct stat sb;
+    if (stat(path, &sb) != 0)
+        return td_err_set(err, TD_EINPUT, "tap file %s: cannot open it: %s", path, strerror(errno));
+    if (!S_ISREG(sb.st_mode)) return td_err_set(err, TD_EINPUT, "tap file %s: not a regular file", path);
+    const char *inproc = getenv("TD_TAPFILE_INPROCESS");
+    if (!(inproc && strcmp(inproc, "1") == 0)) {
+        int st = open_checked(path, err);
+        if (st) return st;
+        return open_inprocess(out, path, err);
+    }
+    int st = open_inprocess(out, path, err);
+    if (!st && (st = td_tapfile_check(*out, err))) {
+        td_tapfile_close(*out);
+        *out = NULL;
+    }
     return st;
 }
 
@@ -440,6 +574,16 @@ int td_tapfile_step(const td_tapfile *f, int64_t step, td_step_info *info, td_er
         (st = attr_i64(f->path, g, where, "n_tokens", &info->n_tokens, err)) ||
         (st = attr_i64(f->path, g, where, "n_taps", &info->n_taps, err)))
         goto out;
+    // Counts are checked before anyone sizes a buffer by them.
+    if (info->pos0 < 0 || info->pos0 > TD_TAPFILE_MAX_POS || info->n_tokens < 1 ||
+        info->n_tokens > TD_TAPFILE_MAX_POS || info->n_taps < 0 || info->n_taps > TD_TAPFILE_MAX_TAPS) {
+        st = td_err_set(err, TD_EINPUT,
+                        "tap file %s: %s: pos0 %" PRId64 ", n_tokens %" PRId64 ", n_taps %" PRId64
+                        " (expected 0 <= pos0 <= %d, 1 <= n_tokens <= %d, 0 <= n_taps <= %d)",
+                        f->path, where, info->pos0, info->n_tokens, info->n_taps, TD_TAPFILE_MAX_POS,
+                        TD_TAPFILE_MAX_POS, TD_TAPFILE_MAX_TAPS);
+        goto out;
+    }
     if (strcmp(kind, "prefill") == 0)
         info->kind = TD_STEP_PREFILL;
     else if (strcmp(kind, "decode") == 0)
@@ -747,4 +891,56 @@ int td_tapfile_read_rows_f64(const td_tapfile *f, int64_t step, const char *name
 int td_tapfile_read_i64(const td_tapfile *f, int64_t step, const char *name, int64_t *dst, uint64_t count,
                         td_err *err) {
     return read_rows(f, step, name, 0, ALL_ROWS, dst, count, 1, err);
+}
+
+/* ----------------------------------------------------------------- check */
+
+// Values read per H5Dread while checking: bounded memory whatever the tap.
+#define CHECK_CHUNK_VALUES ((uint64_t)1 << 20)
+
+int td_tapfile_check(const td_tapfile *f, td_err *err) {
+    int64_t last_pos0 = -1, last_seq = INT64_MIN;
+    double *buf = td_xmalloc(CHECK_CHUNK_VALUES * sizeof *buf);
+    int st = TD_OK;
+    for (int64_t s = 0; s < f->n_steps && !st; s++) {
+        td_step_info si;
+        if ((st = td_tapfile_step(f, s, &si, err))) break;
+        if (s > 0 && si.pos0 <= last_pos0) {
+            st = td_err_set(err, TD_EINPUT,
+                            "tap file %s: step %06" PRId64 " starts at position %" PRId64 ", not after the step "
+                            "before it (position %" PRId64 "): steps reordered or duplicated",
+                            f->path, s, si.pos0, last_pos0);
+            break;
+        }
+        last_pos0 = si.pos0;
+        td_tap_info *taps = NULL;
+        int64_t n = 0;
+        if ((st = td_tapfile_step_taps(f, s, &taps, &n, err))) break;
+        if (n > 0 && taps[0].seq <= last_seq)
+            st = td_err_set(err, TD_EINPUT,
+                            "tap file %s: step %06" PRId64 ": tap '%s' has seq %" PRId64 ", not after the previous "
+                            "step's last seq %" PRId64 " (steps reordered or duplicated)",
+                            f->path, s, taps[0].name, taps[0].seq, last_seq);
+        if (n > 0) last_seq = taps[n - 1].seq;
+        for (int64_t i = 0; i < n && !st; i++) {
+            const td_tap_info *t = &taps[i];
+            if (!t->has_data || t->count == 0) continue;
+            uint64_t inner = t->count / (uint64_t)t->shape[0];
+            int64_t rows = inner >= CHECK_CHUNK_VALUES ? 1 : (int64_t)(CHECK_CHUNK_VALUES / inner);
+            if (inner > CHECK_CHUNK_VALUES) {
+                // One row bigger than the buffer: no honest tap is (rows are
+                // at most a vocabulary wide).
+                st = td_err_set(err, TD_EINPUT, "tap file %s: step %06" PRId64 ": tap '%s' has rows of %" PRIu64
+                                " values (more than %" PRIu64 ")", f->path, s, t->name, inner, CHECK_CHUNK_VALUES);
+                break;
+            }
+            for (int64_t r = 0; r < t->shape[0] && !st; r += rows) {
+                int64_t nr = t->shape[0] - r < rows ? t->shape[0] - r : rows;
+                st = td_tapfile_read_rows_f64(f, s, t->name, r, nr, buf, (uint64_t)nr * inner, err);
+            }
+        }
+        free(taps);
+    }
+    free(buf);
+    return st;
 }

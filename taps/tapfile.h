@@ -48,11 +48,16 @@
  *     select in full mode): an H5S_NULL dataset of the native file type
  *     (h5py: shape None); every attribute above is present.
  *
- * Crash safety: the writer commits the file (flush, close, reopen) at every
- * step_end and keeps HDF5's metadata cache from writing anything between two
- * commits, so a process killed at any point leaves exactly the steps whose
- * step_end returned (raw bytes of the unfinished step may trail the file
- * unreferenced; HDF5 ignores them).
+ * Crash safety: the writer creates the file under a temporary name
+ * ("F.tmp.XXXXXX") and renames it to F once it is a valid tap file with no
+ * step; it commits the file (flush, close, reopen) at every step_end and
+ * keeps HDF5's metadata cache from writing anything between two commits, so
+ * a process killed at any point leaves at F either nothing new or exactly
+ * the steps whose step_end returned (raw bytes of the unfinished step may
+ * trail the file unreferenced; HDF5 ignores them). A write error (disk full)
+ * is TD_EOUTPUT at the failing step; room for a commit is reserved before it
+ * starts, and after an error nothing more reaches the file, so the committed
+ * steps stay readable.
  * ---------------------------------------------------------------------------
  */
 #ifndef TD_TAPFILE_H
@@ -101,13 +106,30 @@ typedef struct td_tap_info {
     td_fingerprint fp;
 } td_tap_info;
 
-/* Opens read-only. TD_EINPUT with one line naming the file for a missing or
+/* Bounds on the counts of a step (larger is bad input, never an allocation):
+ * positions and tokens per step up to 2^24, taps per step up to 2^20. */
+#define TD_TAPFILE_MAX_POS (1 << 24)
+#define TD_TAPFILE_MAX_TAPS (1 << 20)
+
+/* Opens read-only. Before the file is trusted, a child process reads all of
+ * it (td_tapfile_check: every attribute, every dataset) so that a file that
+ * makes the HDF5 library itself crash or loop (a corrupt length inside its
+ * metadata) is reported as TD_EINPUT ("reading it crashed the HDF5 library")
+ * instead of taking the caller down; TD_TAPFILE_INPROCESS=1 in the
+ * environment skips the child (fuzzing, where the crash is the finding).
+ * TD_EINPUT with one line naming the file for a missing or
  * non-HDF5 file, a file without format = "tapdiff-taps", another
  * format_version, or a damaged step list. A trailing step with complete = 0
  * (the writer stopped during it) is not counted and is reported by
  * td_tapfile_note, not as an error. */
 int td_tapfile_open(td_tapfile **out, const char *path, td_err *err);
 void td_tapfile_close(td_tapfile *f); /* NULL is fine */
+
+/* Validates the whole file in this process: every step's attributes (counts
+ * in range; pos0 strictly increasing from step to step;
+ * seq strictly increasing across the file), every tap's attributes and
+ * storage, and reads every dataset. TD_EINPUT with the first defect. */
+int td_tapfile_check(const td_tapfile *f, td_err *err);
 
 const char *td_tapfile_path(const td_tapfile *f);
 /* Number of complete steps (0 .. n-1 readable). */

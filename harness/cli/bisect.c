@@ -159,8 +159,8 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         } else if (!strcmp(arg, "--k")) {
             char *end;
             a->k = strtod(v, &end);
-            if (end == v || *end || !(a->k > 0))
-                return td_cli_failf("bisect", TD_EUSAGE, "--k: expected a positive number, got '%s'", v);
+            if (end == v || *end || !isfinite(a->k) || !(a->k >= 1))
+                return td_cli_failf("bisect", TD_EUSAGE, "--k: expected a finite number >= 1, got '%s'", v);
         } else {
             return td_args_unknown(&p);
         }

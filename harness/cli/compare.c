@@ -11,6 +11,7 @@
 #include "cli.h"
 #include "compare.h"
 #include "report.h"
+#include "runner.h"
 
 static const char *usage_text =
     "usage: tapdiff compare A.h5 B.h5 [--control C.h5 | --control-a CA.h5 --control-b CB.h5]\n"
@@ -27,6 +28,8 @@ static const char *usage_text =
     "  --floor X          replace the per-dtype floor (f64 1e-13, f32 2^-20, f16 2^-7, bf16 2^-4)\n"
     "  --topk N           logits top-k overlap (default 5)\n"
     "  --filter PATTERN   compare only taps matching these comma-separated globs ('blk.*.ffn_*,out.*')\n"
+    "  --allow-unknown-model   compare a file without model_sha256 (refused by default: it\n"
+    "                     could have been made from any model)\n"
     "  --allow-token-mismatch  compare arms that consumed different tokens (the mismatch is then\n"
     "                     reported as an integer mismatch at inp.tokens instead of refused)\n"
     "  --report DIR       write DIR/report.md, report.json, report.html\n"
@@ -38,7 +41,7 @@ static const char *usage_text =
 int td_cmd_compare(int argc, char **argv) {
     td_cmp_options o = td_cmp_options_default();
     const char *pos[2] = {0};
-    int npos = 0, json = 0;
+    int npos = 0, json = 0, allow_unknown_model = 0;
     const char *report = NULL;
     td_args p;
     td_args_init(&p, "compare", usage_text, argc, argv);
@@ -57,6 +60,8 @@ int td_cmd_compare(int argc, char **argv) {
             json = 1;
         } else if (td_args_is(&p, "--allow-token-mismatch")) {
             o.allow_token_mismatch = 1;
+        } else if (td_args_is(&p, "--allow-unknown-model")) {
+            allow_unknown_model = 1;
         } else if (td_args_is(&p, "--control") || td_args_is(&p, "--control-a") || td_args_is(&p, "--control-b") ||
                    td_args_is(&p, "--filter") || td_args_is(&p, "--report")) {
             const char *a = p.arg;
@@ -70,6 +75,8 @@ int td_cmd_compare(int argc, char **argv) {
             double d;
             if (td_args_double(&p, 0, HUGE_VAL, &d)) return TD_EUSAGE;
             if (!(d > 0)) return td_cli_failf("compare", TD_EUSAGE, "%s wants a positive number", p.arg);
+            if (td_args_is(&p, "--k") && d < 1)
+                return td_cli_failf("compare", TD_EUSAGE, "--k wants a finite number >= 1, got %g", d);
             if (td_args_is(&p, "--k")) o.k = d;
             else o.floor = d;
         } else if (td_args_is(&p, "--topk")) {
@@ -88,8 +95,20 @@ int td_cmd_compare(int argc, char **argv) {
     if (o.control && o.control_a)
         return td_cli_failf("compare", TD_EUSAGE, "--control and --control-a/--control-b exclude each other");
 
+    if (report) {
+        const char *inputs[] = {pos[0], pos[1], o.control, o.control_a, o.control_b};
+        static const char *const outs[] = {"", "/report.md", "/report.json", "/report.html"};
+        for (size_t i = 0; i < sizeof outs / sizeof outs[0]; i++) {
+            char path[4096];
+            snprintf(path, sizeof path, "%s%s", report, outs[i]);
+            if (td_same_file_any(path, inputs, 5))
+                return td_cli_failf("compare", TD_EUSAGE, "--report %s: %s is an input file: refusing to overwrite it",
+                                    report, path);
+        }
+    }
     td_cmp_result *r;
     td_err err = {{0}};
+    o.require_model_sha256 = !allow_unknown_model;
     int st = td_compare(pos[0], pos[1], &o, &r, &err);
     if (st) return td_cli_fail("compare", st, &err);
     if (json) {

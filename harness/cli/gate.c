@@ -143,12 +143,12 @@ int td_cmd_gate(int argc, char **argv) {
     int json = 0, quiet = 0;
     td_args p;
     td_args_init(&p, "gate", gate_help, argc, argv);
-    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
-        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+    for (int kind; (kind = td_args_next(&p)) != TD_ARG_END;) {
+        if (kind == TD_ARG_ERROR) return TD_EUSAGE;
         const char *a = p.arg;
-        if (k == TD_ARG_POS)
+        if (kind == TD_ARG_POS)
             return td_cli_failf("gate", TD_EUSAGE, "unexpected argument '%s' (see tapdiff gate --help)", a);
-        if (k == TD_ARG_HELP) {
+        if (kind == TD_ARG_HELP) {
             fputs(gate_help, stdout);
             return TD_OK;
         }
@@ -170,8 +170,8 @@ int td_cmd_gate(int argc, char **argv) {
         else if (!strcmp(a, "--k")) {
             char *end;
             k = strtod(v, &end);
-            if (end == v || *end || !(k > 0))
-                return td_cli_failf("gate", TD_EUSAGE, "--k: expected a positive number, got '%s'", v);
+            if (end == v || *end || !isfinite(k) || !(k >= 1))
+                return td_cli_failf("gate", TD_EUSAGE, "--k: expected a finite number >= 1, got '%s'", v);
         } else
             return td_args_unknown(&p);
     }
@@ -197,6 +197,8 @@ int td_cmd_gate(int argc, char **argv) {
     td_cmp_result *cr = NULL;
     char floor_note[256] = "";
 
+    td_golden_info gi;
+    if ((rc = td_golden_check(golden, &gi, &err))) goto out;
     if ((rc = td_tapfile_open(&gf, golden, &err))) goto out;
     g_model = attr(gf, "model");
     g_sha = attr(gf, "model_sha256");

@@ -167,6 +167,15 @@ int td_cmd_golden(int argc, char **argv) {
         (rc = td_golden_attr_put(out, "calib_logits_rel_l2", calib, NULL, &err)) ||
         (rc = td_golden_attr_put(out, "calib_logits_rel_l2_max", NULL, &mx, &err)))
         goto done;
+    // What gate will refuse is not written: non-finite logits (a model
+    // holding a NaN) or a calibration out of range.
+    td_golden_info gi;
+    if ((rc = td_golden_check(out, &gi, &err))) {
+        unlink(out);
+        td_err why = err;
+        td_err_set(&err, rc, "not written: %s", why.msg);
+        goto done;
+    }
     if (!quiet)
         printf("golden: %s  model %s (sha256 %.16s...)  fixture %s  %lld prompt tokens + %lld steps  ref32 logits "
                "error max %.3g\n",

@@ -581,12 +581,12 @@ static int run_compare(char *out, size_t cap, const char *a, const char *b, cons
 Test(compare, no_common_taps_is_not_a_pass) {
     if (!getenv("TD_TAPDIFF")) cr_skip_test("TD_TAPDIFF not set");
     double v[4] = {1, 2, 3, 4};
-    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", NULL);
+    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", "abc");
     tg_step(s, TD_STEP_PREFILL, 0, 1);
     tg_emit2(s, "blk.0.attn_q", TD_DT_F64, v, 1, 4);
     tg_end(s);
     tg_close(s);
-    s = tg_open(P("b.h5"), "x", "f64", NULL);
+    s = tg_open(P("b.h5"), "x", "f64", "abc");
     tg_step(s, TD_STEP_PREFILL, 0, 1);
     tg_emit2(s, "blk.0.attn_k", TD_DT_F64, v, 1, 4);
     tg_end(s);

@@ -60,6 +60,7 @@ static const char *g_profile; /* profile of the next runs (NULL = native) */
 static void run_arm(const char *path, const char *backend, const char *out, int threads, td_run_result *res) {
     td_run_config c;
     td_run_config_init(&c);
+    c.keep_all_logits = 1;
     c.profile = g_profile;
     c.model_path = path;
     c.backend = backend;
