@@ -366,28 +366,28 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     const int64_t pos0 = a->pos[0];
     int rc;
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn_norm, T, E, err))) return rc;
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn.norm, T, E, err))) return rc;
     tap2(sink, l, "attn_norm", a->xn, T, E);
 
-    if (L->wqkv) { // fused: output rows are [Q; K; V]
-        if ((rc = matmul(r, a->q, a->xn, L->wqkv, L->bqkv, 0, T, E, H * D, err))) return rc;
-        if ((rc = matmul(r, a->k, a->xn, L->wqkv, L->bqkv, H * D, T, E, Hkv * D, err))) return rc;
-        if ((rc = matmul(r, a->v, a->xn, L->wqkv, L->bqkv, (H + Hkv) * D, T, E, Hkv * D, err))) return rc;
+    if (L->attn.wqkv) { // fused: output rows are [Q; K; V]
+        if ((rc = matmul(r, a->q, a->xn, L->attn.wqkv, L->attn.bqkv, 0, T, E, H * D, err))) return rc;
+        if ((rc = matmul(r, a->k, a->xn, L->attn.wqkv, L->attn.bqkv, H * D, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->attn.wqkv, L->attn.bqkv, (H + Hkv) * D, T, E, Hkv * D, err))) return rc;
     } else {
-        if ((rc = matmul(r, a->q, a->xn, L->wq, L->bq, 0, T, E, H * D, err))) return rc;
-        if ((rc = matmul(r, a->k, a->xn, L->wk, L->bk, 0, T, E, Hkv * D, err))) return rc;
-        if ((rc = matmul(r, a->v, a->xn, L->wv, L->bv, 0, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->q, a->xn, L->attn.wq, L->attn.bq, 0, T, E, H * D, err))) return rc;
+        if ((rc = matmul(r, a->k, a->xn, L->attn.wk, L->attn.bk, 0, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->attn.wv, L->attn.bv, 0, T, E, Hkv * D, err))) return rc;
     }
     tap2(sink, l, "attn_q", a->q, T, H * D);
     tap2(sink, l, "attn_k", a->k, T, Hkv * D);
     tap2(sink, l, "attn_v", a->v, T, Hkv * D);
 
-    if (L->q_norm) { // qwen3 family: per-head RMSNorm, before RoPE
-        if ((rc = rmsnorm_rows(r, a->q, a->q, L->q_norm, T * H, D, err))) return rc;
+    if (L->attn.q_norm) { // qwen3 family: per-head RMSNorm, before RoPE
+        if ((rc = rmsnorm_rows(r, a->q, a->q, L->attn.q_norm, T * H, D, err))) return rc;
         tap2(sink, l, "attn_q_norm", a->q, T, H * D);
     }
-    if (L->k_norm) {
-        if ((rc = rmsnorm_rows(r, a->k, a->k, L->k_norm, T * Hkv, D, err))) return rc;
+    if (L->attn.k_norm) {
+        if ((rc = rmsnorm_rows(r, a->k, a->k, L->attn.k_norm, T * Hkv, D, err))) return rc;
         tap2(sink, l, "attn_k_norm", a->k, T, Hkv * D);
     }
 
@@ -406,7 +406,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
 
-    if ((rc = matmul(r, a->proj, a->ctx, L->wo, L->bo, 0, T, H * D, E, err))) return rc;
+    if ((rc = matmul(r, a->proj, a->ctx, L->attn.wo, L->attn.bo, 0, T, H * D, E, err))) return rc;
     tap2(sink, l, "attn_out", a->proj, T, E);
     return TD_OK;
 }
@@ -417,13 +417,13 @@ static int ffn_dense(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
     ref_acts *a = &r->a;
     const int64_t E = r->hp.n_embd, F = r->hp.n_ff;
     int rc;
-    if ((rc = matmul(r, a->gate, a->xn, L->ffn_gate, NULL, 0, T, E, F, err))) return rc;
+    if ((rc = matmul(r, a->gate, a->xn, L->ffn.gate, NULL, 0, T, E, F, err))) return rc;
     tap2(sink, l, "ffn_gate", a->gate, T, F);
-    if ((rc = matmul(r, a->up, a->xn, L->ffn_up, NULL, 0, T, E, F, err))) return rc;
+    if ((rc = matmul(r, a->up, a->xn, L->ffn.up, NULL, 0, T, E, F, err))) return rc;
     tap2(sink, l, "ffn_up", a->up, T, F);
     FN(swiglu)(a->act, a->gate, a->up, T * F);
     tap2(sink, l, "ffn_act", a->act, T, F);
-    return matmul(r, a->proj, a->act, L->ffn_down, NULL, 0, T, F, E, err);
+    return matmul(r, a->proj, a->act, L->ffn.down, NULL, 0, T, F, E, err);
 }
 
 /* Softmax-routed MoE (primitives §5): a->xn (T, E) -> a->proj (T, E).
@@ -436,7 +436,7 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
     const int64_t E = r->hp.n_embd, F = r->hp.n_ff, X = r->hp.n_expert, K = r->hp.n_expert_used;
     int rc;
 
-    if ((rc = matmul(r, a->moe_logits, a->xn, L->ffn_gate_inp, NULL, 0, T, E, X, err))) return rc;
+    if ((rc = matmul(r, a->moe_logits, a->xn, L->ffn.gate_inp, NULL, 0, T, E, X, err))) return rc;
     tap2(sink, l, "moe_logits", a->moe_logits, T, X);
     for (int64_t t = 0; t < T; t++) FN(softmax)(a->moe_probs + t * X, a->moe_logits + t * X, X);
     tap2(sink, l, "moe_probs", a->moe_probs, T, X);
@@ -457,14 +457,14 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
                 }
         if (n == 0) continue;
         // expert e = rows e*F .. e*F+F-1 of gate/up, e*E .. e*E+E-1 of down
-        if ((rc = matmul(r, a->up, a->xs, L->ffn_up_exps, NULL, e * F, n, E, F, err))) return rc;
-        if (L->ffn_gate_exps) {
-            if ((rc = matmul(r, a->gate, a->xs, L->ffn_gate_exps, NULL, e * F, n, E, F, err))) return rc;
+        if ((rc = matmul(r, a->up, a->xs, L->ffn.up_exps, NULL, e * F, n, E, F, err))) return rc;
+        if (L->ffn.gate_exps) {
+            if ((rc = matmul(r, a->gate, a->xs, L->ffn.gate_exps, NULL, e * F, n, E, F, err))) return rc;
             FN(swiglu)(a->act, a->gate, a->up, n * F);
         } else { // llama MoE without gate tensors: W_down . silu(W_up x)
             for (int64_t i = 0; i < n * F; i++) a->act[i] = a->up[i] / (1 + R_EXP(-a->up[i]));
         }
-        if ((rc = matmul(r, a->ys, a->act, L->ffn_down_exps, NULL, e * E, n, F, E, err))) return rc;
+        if ((rc = matmul(r, a->ys, a->act, L->ffn.down_exps, NULL, e * E, n, F, E, err))) return rc;
         for (int64_t i = 0; i < n; i++)
             memcpy(a->yk + ((int64_t)a->route_t[i] * K + a->route_j[i]) * E, a->ys + i * E, (size_t)E * sizeof(real));
     }
@@ -491,9 +491,9 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
     tap2(sink, l, "ffn_inp", a->x, T, E);
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->ffn_norm, T, E, err))) return rc;
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->ffn.norm, T, E, err))) return rc;
     tap2(sink, l, "ffn_norm", a->xn, T, E);
-    rc = L->ffn_gate_inp ? ffn_moe(r, l, T, sink, err) : ffn_dense(r, l, T, sink, err);
+    rc = L->ffn.gate_inp ? ffn_moe(r, l, T, sink, err) : ffn_dense(r, l, T, sink, err);
     if (rc) return rc;
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
@@ -632,33 +632,33 @@ static int check_model(const td_model *m, td_err *err) {
     for (uint32_t i = 0; i < hp->n_layer; i++) {
         const td_layer *L = &m->layers[i];
         const int l = (int)i;
-        if ((rc = check_matrix(L->attn_norm, "attn_norm", l, E, 1, err))) return rc;
-        if (L->wqkv) {
-            if ((rc = check_matrix(L->wqkv, "attn_qkv", l, E, (H + 2 * Hkv) * D, err))) return rc;
-            if (L->bqkv && (rc = check_matrix(L->bqkv, "attn_qkv.bias", l, (H + 2 * Hkv) * D, 1, err))) return rc;
+        if ((rc = check_matrix(L->attn.norm, "attn_norm", l, E, 1, err))) return rc;
+        if (L->attn.wqkv) {
+            if ((rc = check_matrix(L->attn.wqkv, "attn_qkv", l, E, (H + 2 * Hkv) * D, err))) return rc;
+            if (L->attn.bqkv && (rc = check_matrix(L->attn.bqkv, "attn_qkv.bias", l, (H + 2 * Hkv) * D, 1, err))) return rc;
         } else {
-            if ((rc = check_matrix(L->wq, "attn_q", l, E, H * D, err))) return rc;
-            if ((rc = check_matrix(L->wk, "attn_k", l, E, Hkv * D, err))) return rc;
-            if ((rc = check_matrix(L->wv, "attn_v", l, E, Hkv * D, err))) return rc;
-            if (L->bq && (rc = check_matrix(L->bq, "attn_q.bias", l, H * D, 1, err))) return rc;
-            if (L->bk && (rc = check_matrix(L->bk, "attn_k.bias", l, Hkv * D, 1, err))) return rc;
-            if (L->bv && (rc = check_matrix(L->bv, "attn_v.bias", l, Hkv * D, 1, err))) return rc;
+            if ((rc = check_matrix(L->attn.wq, "attn_q", l, E, H * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wk, "attn_k", l, E, Hkv * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wv, "attn_v", l, E, Hkv * D, err))) return rc;
+            if (L->attn.bq && (rc = check_matrix(L->attn.bq, "attn_q.bias", l, H * D, 1, err))) return rc;
+            if (L->attn.bk && (rc = check_matrix(L->attn.bk, "attn_k.bias", l, Hkv * D, 1, err))) return rc;
+            if (L->attn.bv && (rc = check_matrix(L->attn.bv, "attn_v.bias", l, Hkv * D, 1, err))) return rc;
         }
-        if ((rc = check_matrix(L->wo, "attn_output", l, H * D, E, err))) return rc;
-        if (L->bo && (rc = check_matrix(L->bo, "attn_output.bias", l, E, 1, err))) return rc;
-        if (L->q_norm && (rc = check_matrix(L->q_norm, "attn_q_norm", l, D, 1, err))) return rc;
-        if (L->k_norm && (rc = check_matrix(L->k_norm, "attn_k_norm", l, D, 1, err))) return rc;
-        if ((rc = check_matrix(L->ffn_norm, "ffn_norm", l, E, 1, err))) return rc;
-        if (L->ffn_gate_inp) {
+        if ((rc = check_matrix(L->attn.wo, "attn_output", l, H * D, E, err))) return rc;
+        if (L->attn.bo && (rc = check_matrix(L->attn.bo, "attn_output.bias", l, E, 1, err))) return rc;
+        if (L->attn.q_norm && (rc = check_matrix(L->attn.q_norm, "attn_q_norm", l, D, 1, err))) return rc;
+        if (L->attn.k_norm && (rc = check_matrix(L->attn.k_norm, "attn_k_norm", l, D, 1, err))) return rc;
+        if ((rc = check_matrix(L->ffn.norm, "ffn_norm", l, E, 1, err))) return rc;
+        if (L->ffn.gate_inp) {
             if (X < 1) return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d has a router but expert_count is 0", l);
-            if ((rc = check_matrix(L->ffn_gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
-            if ((rc = check_matrix(L->ffn_up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
-            if (L->ffn_gate_exps && (rc = check_matrix(L->ffn_gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
-            if ((rc = check_matrix(L->ffn_down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+            if ((rc = check_matrix(L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+            if ((rc = check_matrix(L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+            if (L->ffn.gate_exps && (rc = check_matrix(L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
+            if ((rc = check_matrix(L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
         } else {
-            if ((rc = check_matrix(L->ffn_gate, "ffn_gate", l, E, F, err))) return rc;
-            if ((rc = check_matrix(L->ffn_up, "ffn_up", l, E, F, err))) return rc;
-            if ((rc = check_matrix(L->ffn_down, "ffn_down", l, F, E, err))) return rc;
+            if ((rc = check_matrix(L->ffn.gate, "ffn_gate", l, E, F, err))) return rc;
+            if ((rc = check_matrix(L->ffn.up, "ffn_up", l, E, F, err))) return rc;
+            if ((rc = check_matrix(L->ffn.down, "ffn_down", l, F, E, err))) return rc;
         }
     }
     return TD_OK;

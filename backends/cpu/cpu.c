@@ -556,14 +556,14 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     in_prepare(b, &a->xn, 0, T);
 
     int n = 0;
-    if (L->wqkv) { // fused: output rows are [Q; K; V]
-        seg_add(b, &n, L->wqkv, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
-        seg_add(b, &n, L->wqkv, HD, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
-        seg_add(b, &n, L->wqkv, HD + KD, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+    if (L->attn.wqkv) { // fused: output rows are [Q; K; V]
+        seg_add(b, &n, L->attn.wqkv, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
+        seg_add(b, &n, L->attn.wqkv, HD, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
+        seg_add(b, &n, L->attn.wqkv, HD + KD, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
     } else {
-        seg_add(b, &n, L->wq, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
-        seg_add(b, &n, L->wk, 0, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
-        seg_add(b, &n, L->wv, 0, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+        seg_add(b, &n, L->attn.wq, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
+        seg_add(b, &n, L->attn.wk, 0, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
+        seg_add(b, &n, L->attn.wv, 0, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
     }
     mm_run(b, n);
     tap2(sink, l, "attn_q", a->q, T, HD);
@@ -592,7 +592,7 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     tap2(sink, l, "attn_ctx", a->ctx.x, T, HD);
 
     in_prepare(b, &a->ctx, 0, T);
-    matmul(b, a->proj, &a->ctx, L->wo, 0, E, T, CL->bo);
+    matmul(b, a->proj, &a->ctx, L->attn.wo, 0, E, T, CL->bo);
     tap2(sink, l, "attn_out", a->proj, T, E);
 }
 
@@ -602,15 +602,15 @@ static void ffn_dense(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     cpu_acts *a = &b->a;
     const int64_t E = b->hp.n_embd, F = b->hp.n_ff;
     int n = 0;
-    seg_add(b, &n, L->ffn_gate, 0, F, &a->xn, 0, T, a->gate, F, NULL, 1);
-    seg_add(b, &n, L->ffn_up, 0, F, &a->xn, 0, T, a->up, F, NULL, 1);
+    seg_add(b, &n, L->ffn.gate, 0, F, &a->xn, 0, T, a->gate, F, NULL, 1);
+    seg_add(b, &n, L->ffn.up, 0, F, &a->xn, 0, T, a->up, F, NULL, 1);
     mm_run(b, n);
     tap2(sink, l, "ffn_gate", a->gate, T, F);
     tap2(sink, l, "ffn_up", a->up, T, F);
     par_act(b, a->act.x, a->gate, a->up, T, F);
     tap2(sink, l, "ffn_act", a->act.x, T, F);
     in_prepare(b, &a->act, 0, T);
-    matmul(b, a->proj, &a->act, L->ffn_down, 0, E, T, NULL);
+    matmul(b, a->proj, &a->act, L->ffn.down, 0, E, T, NULL);
 }
 
 /* top-K of probs (X), largest first; among equal probabilities the lower
@@ -643,7 +643,7 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     // the router always takes the dot path: identical router rows then give
     // bitwise identical logits, so planted ties stay ties
     int n = 0;
-    seg_add(b, &n, L->ffn_gate_inp, 0, X, &a->xn, 0, T, a->moe_logits, X, NULL, 0);
+    seg_add(b, &n, L->ffn.gate_inp, 0, X, &a->xn, 0, T, a->moe_logits, X, NULL, 0);
     mm_run(b, n);
     tap2(sink, l, "moe_logits", a->moe_logits, T, X);
     for (int64_t t = 0; t < T; t++) softmax_f32(a->moe_probs + t * X, a->moe_logits + t * X, X);
@@ -674,12 +674,12 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
         if (!ne) continue;
         in_prepare(b, &a->xs, r0, ne);
         // expert e = rows e*F .. e*F+F-1 of gate/up
-        seg_add(b, &n, L->ffn_up_exps, e * F, F, &a->xs, r0, ne, a->up + r0 * F, F, NULL, 1);
-        if (L->ffn_gate_exps) seg_add(b, &n, L->ffn_gate_exps, e * F, F, &a->xs, r0, ne, a->gate + r0 * F, F, NULL, 1);
+        seg_add(b, &n, L->ffn.up_exps, e * F, F, &a->xs, r0, ne, a->up + r0 * F, F, NULL, 1);
+        if (L->ffn.gate_exps) seg_add(b, &n, L->ffn.gate_exps, e * F, F, &a->xs, r0, ne, a->gate + r0 * F, F, NULL, 1);
     }
     mm_run(b, n);
     // llama MoE without gate tensors: W_down . silu(W_up x)
-    par_act(b, a->act.x, L->ffn_gate_exps ? a->gate : NULL, a->up, rows, F);
+    par_act(b, a->act.x, L->ffn.gate_exps ? a->gate : NULL, a->up, rows, F);
     in_prepare(b, &a->act, 0, rows);
 
     // expert e = rows e*E .. e*E+E-1 of ffn_down_exps
@@ -687,7 +687,7 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     for (int64_t e = 0; e < X; e++) {
         const int64_t r0 = a->estart[e];
         if (a->ecount[e])
-            seg_add(b, &n, L->ffn_down_exps, e * E, E, &a->act, r0, a->ecount[e], a->ys + r0 * E, E, NULL, 1);
+            seg_add(b, &n, L->ffn.down_exps, e * E, E, &a->act, r0, a->ecount[e], a->ys + r0 * E, E, NULL, 1);
     }
     mm_run(b, n);
 
@@ -720,7 +720,7 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     par_rmsnorm(b, a->xn.x, a->x, b->layers[l].ffn_norm, T, E);
     tap2(sink, l, "ffn_norm", a->xn.x, T, E);
     in_prepare(b, &a->xn, 0, T);
-    if (L->ffn_gate_inp) ffn_moe(b, l, T, sink);
+    if (L->ffn.gate_inp) ffn_moe(b, l, T, sink);
     else ffn_dense(b, l, T, sink);
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
@@ -954,38 +954,38 @@ static int load_model(cpu_backend *b, td_err *err) {
         const td_layer *L = &m->layers[i];
         cpu_layer *C = &b->layers[i];
         const int l = (int)i;
-        if ((rc = load_vec(k, &C->attn_norm, L->attn_norm, "attn_norm", l, 0, E, err))) return rc;
-        if ((rc = load_vec(k, &C->ffn_norm, L->ffn_norm, "ffn_norm", l, 0, E, err))) return rc;
+        if ((rc = load_vec(k, &C->attn_norm, L->attn.norm, "attn_norm", l, 0, E, err))) return rc;
+        if ((rc = load_vec(k, &C->ffn_norm, L->ffn.norm, "ffn_norm", l, 0, E, err))) return rc;
         if (!C->attn_norm || !C->ffn_norm)
             return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks %s", l, C->attn_norm ? "ffn_norm" : "attn_norm");
-        if ((rc = load_vec(k, &C->q_norm, L->q_norm, "attn_q_norm", l, 0, D, err))) return rc;
-        if ((rc = load_vec(k, &C->k_norm, L->k_norm, "attn_k_norm", l, 0, D, err))) return rc;
-        if (L->wqkv) {
-            if ((rc = check_matrix(k, L->wqkv, "attn_qkv", l, E, HD + 2 * KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bq, L->bqkv, "attn_qkv.bias", l, 0, HD, err))) return rc;
-            if ((rc = load_vec(k, &C->bk, L->bqkv, "attn_qkv.bias", l, HD, KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bv, L->bqkv, "attn_qkv.bias", l, HD + KD, KD, err))) return rc;
+        if ((rc = load_vec(k, &C->q_norm, L->attn.q_norm, "attn_q_norm", l, 0, D, err))) return rc;
+        if ((rc = load_vec(k, &C->k_norm, L->attn.k_norm, "attn_k_norm", l, 0, D, err))) return rc;
+        if (L->attn.wqkv) {
+            if ((rc = check_matrix(k, L->attn.wqkv, "attn_qkv", l, E, HD + 2 * KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bq, L->attn.bqkv, "attn_qkv.bias", l, 0, HD, err))) return rc;
+            if ((rc = load_vec(k, &C->bk, L->attn.bqkv, "attn_qkv.bias", l, HD, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bv, L->attn.bqkv, "attn_qkv.bias", l, HD + KD, KD, err))) return rc;
         } else {
-            if ((rc = check_matrix(k, L->wq, "attn_q", l, E, HD, err))) return rc;
-            if ((rc = check_matrix(k, L->wk, "attn_k", l, E, KD, err))) return rc;
-            if ((rc = check_matrix(k, L->wv, "attn_v", l, E, KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bq, L->bq, "attn_q.bias", l, 0, HD, err))) return rc;
-            if ((rc = load_vec(k, &C->bk, L->bk, "attn_k.bias", l, 0, KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bv, L->bv, "attn_v.bias", l, 0, KD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wq, "attn_q", l, E, HD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wk, "attn_k", l, E, KD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wv, "attn_v", l, E, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bq, L->attn.bq, "attn_q.bias", l, 0, HD, err))) return rc;
+            if ((rc = load_vec(k, &C->bk, L->attn.bk, "attn_k.bias", l, 0, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bv, L->attn.bv, "attn_v.bias", l, 0, KD, err))) return rc;
         }
-        if ((rc = check_matrix(k, L->wo, "attn_output", l, HD, E, err))) return rc;
-        if ((rc = load_vec(k, &C->bo, L->bo, "attn_output.bias", l, 0, E, err))) return rc;
-        if (L->ffn_gate_inp) {
+        if ((rc = check_matrix(k, L->attn.wo, "attn_output", l, HD, E, err))) return rc;
+        if ((rc = load_vec(k, &C->bo, L->attn.bo, "attn_output.bias", l, 0, E, err))) return rc;
+        if (L->ffn.gate_inp) {
             if (X < 1) return td_err_set(err, TD_EINPUT, NAME ": layer %d has a router but expert_count is 0", l);
-            if ((rc = check_matrix(k, L->ffn_gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn_up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
-            if (L->ffn_gate_exps && (rc = check_matrix(k, L->ffn_gate_exps, "ffn_gate_exps", l, E, X * F, err)))
+            if ((rc = check_matrix(k, L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+            if (L->ffn.gate_exps && (rc = check_matrix(k, L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err)))
                 return rc;
-            if ((rc = check_matrix(k, L->ffn_down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
         } else {
-            if ((rc = check_matrix(k, L->ffn_gate, "ffn_gate", l, E, F, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn_up, "ffn_up", l, E, F, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn_down, "ffn_down", l, F, E, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.gate, "ffn_gate", l, E, F, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.up, "ffn_up", l, E, F, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.down, "ffn_down", l, F, E, err))) return rc;
         }
     }
     return TD_OK;
@@ -999,11 +999,11 @@ static void plan_formats(cpu_backend *b) {
     b->fmts_xn = FMT(m->output);
     for (uint32_t i = 0; i < b->hp.n_layer; i++) {
         const td_layer *L = &m->layers[i];
-        b->fmts_xn |= FMT(L->wq) | FMT(L->wk) | FMT(L->wv) | FMT(L->wqkv) | FMT(L->ffn_gate) | FMT(L->ffn_up) |
-                      FMT(L->ffn_gate_inp);
-        b->fmts_ctx |= FMT(L->wo);
-        b->fmts_act |= FMT(L->ffn_down) | FMT(L->ffn_down_exps);
-        b->fmts_xs |= FMT(L->ffn_up_exps) | FMT(L->ffn_gate_exps);
+        b->fmts_xn |= FMT(L->attn.wq) | FMT(L->attn.wk) | FMT(L->attn.wv) | FMT(L->attn.wqkv) | FMT(L->ffn.gate) | FMT(L->ffn.up) |
+                      FMT(L->ffn.gate_inp);
+        b->fmts_ctx |= FMT(L->attn.wo);
+        b->fmts_act |= FMT(L->ffn.down) | FMT(L->ffn.down_exps);
+        b->fmts_xs |= FMT(L->ffn.up_exps) | FMT(L->ffn.gate_exps);
     }
 #undef FMT
 }

@@ -459,11 +459,11 @@ Test(model, stories260K_binds) {
     cr_expect(m->output && m->output != m->tok_embd);
     cr_expect_null(m->rope_freqs);
     for (uint32_t l = 0; l < 5; l++) {
-        cr_expect(m->layers[l].wq && m->layers[l].wk && m->layers[l].wv && !m->layers[l].wqkv);
-        cr_expect(m->layers[l].ffn_gate && !m->layers[l].ffn_gate_inp && !m->layers[l].q_norm);
-        cr_expect_eq(m->layers[l].wk->ne[1], 32); /* Hkv*D = 4*8 */
+        cr_expect(m->layers[l].attn.wq && m->layers[l].attn.wk && m->layers[l].attn.wv && !m->layers[l].attn.wqkv);
+        cr_expect(m->layers[l].ffn.gate && !m->layers[l].ffn.gate_inp && !m->layers[l].attn.q_norm);
+        cr_expect_eq(m->layers[l].attn.wk->ne[1], 32); /* Hkv*D = 4*8 */
     }
-    cr_expect_str_eq(m->layers[4].ffn_down->cname, "blk.4.ffn_down.weight");
+    cr_expect_str_eq(m->layers[4].ffn.down->cname, "blk.4.ffn_down.weight");
 
     /* token text; pieces read from the file's bytes by an independent script */
     char t[64];
@@ -626,9 +626,9 @@ Test(model, llama_base_binds) {
     cr_expect_eq(m->output_tied, 0);
     cr_expect_eq(m->vocab.bos_id, 1);
     cr_expect_eq(m->vocab.eos_id, 2);
-    cr_expect_eq(m->layers[1].wk->ne[1], 2 * 8);
-    cr_expect_null(m->layers[0].bq);
-    cr_expect_null(m->layers[0].bo);
+    cr_expect_eq(m->layers[1].attn.wk->ne[1], 2 * 8);
+    cr_expect_null(m->layers[0].attn.bq);
+    cr_expect_null(m->layers[0].attn.bo);
     /* SentencePiece text: U+2581 -> ' ', <0xNN> -> that byte */
     char t[16];
     td_vocab_text(m, 4, t, sizeof t);
@@ -669,9 +669,9 @@ Test(model, fused_qkv_binds) {
     char path[64];
     td_model *m = open_built(build(&c), path, sizeof path);
     for (int l = 0; l < 2; l++) {
-        cr_expect_not_null(m->layers[l].wqkv);
-        cr_expect_eq(m->layers[l].wqkv->ne[1], (4 + 2 * 2) * 8); /* (H + 2 Hkv) D */
-        cr_expect(!m->layers[l].wq && !m->layers[l].wk && !m->layers[l].wv);
+        cr_expect_not_null(m->layers[l].attn.wqkv);
+        cr_expect_eq(m->layers[l].attn.wqkv->ne[1], (4 + 2 * 2) * 8); /* (H + 2 Hkv) D */
+        cr_expect(!m->layers[l].attn.wq && !m->layers[l].attn.wk && !m->layers[l].attn.wv);
     }
     proc p = run_inspect(path, "--json");
     cr_expect(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0, "stderr: %s", p.err);
@@ -692,11 +692,11 @@ Test(model, optional_biases_bind) {
     mb_tensor(b, "some.unknown.tensor", 0, 1, 5, 0, 0); /* ignored, counted as unused */
     char path[64];
     td_model *m = open_built(b, path, sizeof path);
-    cr_expect_not_null(m->layers[0].bq);
-    cr_expect_not_null(m->layers[0].bk);
-    cr_expect_null(m->layers[0].bv);
-    cr_expect_not_null(m->layers[0].bo);
-    cr_expect_null(m->layers[1].bq);
+    cr_expect_not_null(m->layers[0].attn.bq);
+    cr_expect_not_null(m->layers[0].attn.bk);
+    cr_expect_null(m->layers[0].attn.bv);
+    cr_expect_not_null(m->layers[0].attn.bo);
+    cr_expect_null(m->layers[1].attn.bq);
     cr_expect_not_null(m->rope_freqs);
     proc p = run_inspect(path, NULL);
     cr_expect(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0, "stderr: %s", p.err);
@@ -717,11 +717,11 @@ Test(model, qwen3_binds) {
     cr_expect_eq(hp->head_dim, 16); /* key_length, not E/H = 8 */
     cr_expect_eq(hp->rope_dims, 16);
     cr_expect_eq(hp->n_expert, 0);
-    cr_expect_not_null(m->layers[1].q_norm);
-    cr_expect_eq(m->layers[1].q_norm->ne[0], 16);
-    cr_expect_eq(m->layers[1].wq->ne[1], 4 * 16);
-    cr_expect_eq(m->layers[1].wo->ne[0], 4 * 16);
-    cr_expect_not_null(m->layers[0].ffn_up);
+    cr_expect_not_null(m->layers[1].attn.q_norm);
+    cr_expect_eq(m->layers[1].attn.q_norm->ne[0], 16);
+    cr_expect_eq(m->layers[1].attn.wq->ne[1], 4 * 16);
+    cr_expect_eq(m->layers[1].attn.wo->ne[0], 4 * 16);
+    cr_expect_not_null(m->layers[0].ffn.up);
     td_model_close(m);
     unlink(path);
 }
@@ -745,10 +745,10 @@ Test(model, qwen3moe_binds_with_fallback_F) {
     cr_expect_eq(hp->rope_attn_factor, 1.0f);
     for (int l = 0; l < 2; l++) {
         const td_layer *ly = &m->layers[l];
-        cr_expect(ly->ffn_gate_inp && ly->ffn_gate_exps && ly->ffn_up_exps && ly->ffn_down_exps);
-        cr_expect(!ly->ffn_gate && !ly->ffn_up && !ly->ffn_down);
-        cr_expect_eq(ly->ffn_up_exps->ne[2], 4);
-        cr_expect(ly->q_norm && ly->k_norm);
+        cr_expect(ly->ffn.gate_inp && ly->ffn.gate_exps && ly->ffn.up_exps && ly->ffn.down_exps);
+        cr_expect(!ly->ffn.gate && !ly->ffn.up && !ly->ffn.down);
+        cr_expect_eq(ly->ffn.up_exps->ne[2], 4);
+        cr_expect(ly->attn.q_norm && ly->attn.k_norm);
     }
     td_model_close(m);
     unlink(path);
@@ -761,10 +761,10 @@ Test(model, llama_moe_binds_without_gate_experts) {
     cr_expect_eq(m->hp.rope_type, TD_ROPE_NORM);
     cr_expect_eq(m->hp.n_expert, 4);
     cr_expect_eq(m->hp.n_ff, 48); /* llama experts use feed_forward_length */
-    cr_expect_not_null(m->layers[0].ffn_gate_inp);
-    cr_expect_null(m->layers[0].ffn_gate_exps);
-    cr_expect_not_null(m->layers[0].ffn_down_exps);
-    cr_expect_null(m->layers[0].q_norm);
+    cr_expect_not_null(m->layers[0].ffn.gate_inp);
+    cr_expect_null(m->layers[0].ffn.gate_exps);
+    cr_expect_not_null(m->layers[0].ffn.down_exps);
+    cr_expect_null(m->layers[0].attn.q_norm);
     td_model_close(m);
     unlink(path);
 }
