@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward.h"
 #include "reference.h"
 #include "td_config.h"
 
@@ -144,25 +145,8 @@ void FN(attention)(real *out, const real *q, const real *k, const real *v, const
 }
 
 void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
-    // K passes of "largest not yet chosen". The scan is in ascending index
-    // and only a STRICTLY larger value replaces the current best, so among
-    // equal probabilities the lower expert index ranks first (§5.1).
-    for (int64_t j = 0; j < K; j++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < X; e++) {
-            int taken = 0;
-            for (int64_t i = 0; i < j; i++) taken |= topk[i] == e;
-            if (taken) continue;
-            if (best < 0 || probs[e] > probs[best]) best = e;
-        }
-        topk[j] = (int32_t)best;
-    }
-    // renormalise the selected probabilities; the clamp only matters when
-    // they sum to almost nothing
-    real sum = 0;
-    for (int64_t j = 0; j < K; j++) sum += probs[topk[j]];
-    const real z = sum > (real)0x1p-14 ? sum : (real)0x1p-14;
-    for (int64_t j = 0; j < K; j++) weights[j] = probs[topk[j]] / z;
+    // the rule every backend shares (backends/forward.c), at this precision
+    REF_CAT(td_moe_route, REAL_SUFFIX)(topk, weights, probs, X, K, 0);
 }
 
 /* ===================================================================== */
@@ -190,7 +174,6 @@ typedef struct ref_acts {
     real *ys;         // (T, E) that expert's outputs
     real *yk;         // (T, K, E) expert outputs in rank order
     real *logits;     // (T, V)
-    int32_t *tok32;   // (T)
     int32_t *pos32;   // (T)
     int64_t *pos;     // (T)
     int32_t *route_t; // (T) token of each row of xs
@@ -209,8 +192,7 @@ typedef struct ref_backend {
     real **k_cache;  // n_layer x (kv_cap, Hkv*D): post-norm, post-RoPE keys, row = position
     real **v_cache;  // n_layer x (kv_cap, Hkv*D)
     real *att;       // (kv_cap) attention scores of one (token, head)
-    int64_t hist[TD_REF_HIST_W]; // last tokens consumed, oldest first
-    int64_t n_hist;
+    td_hist hist;    // last tokens consumed (hist.tokens)
     real *row;       // (max_in) one decoded weight row
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
@@ -230,7 +212,7 @@ static void acts_free(ref_acts *a) {
     free(a->x), free(a->xn), free(a->q), free(a->k), free(a->v), free(a->ctx), free(a->proj);
     free(a->gate), free(a->up), free(a->act), free(a->moe_logits), free(a->moe_probs);
     free(a->moe_topk), free(a->moe_w), free(a->xs), free(a->ys), free(a->yk), free(a->logits);
-    free(a->tok32), free(a->pos32), free(a->pos), free(a->route_t), free(a->route_j);
+    free(a->pos32), free(a->pos), free(a->route_t), free(a->route_j);
     memset(a, 0, sizeof *a);
 }
 
@@ -254,7 +236,6 @@ static void acts_ensure(ref_backend *r, int64_t T) {
     a->up = td_xcalloc(n * F, rs);
     a->act = td_xcalloc(n * F, rs);
     a->logits = td_xcalloc(n * V, rs);
-    a->tok32 = td_xcalloc(n, sizeof(int32_t));
     a->pos32 = td_xcalloc(n, sizeof(int32_t));
     a->pos = td_xcalloc(n, sizeof(int64_t));
     if (X > 0) {
@@ -485,9 +466,14 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     const td_layer *L = &r->m->layers[l];
     ref_acts *a = &r->a;
     const int64_t E = r->hp.n_embd;
-    int rc;
+    int rc = TD_OK;
 
-    if ((rc = attention_block(r, l, T, sink, err))) return rc;
+    // the mixer of this block's kind (ref_open refused kinds not in layer_kinds)
+    switch (L->kind) {
+    case TD_LAYER_ATTENTION: rc = attention_block(r, l, T, sink, err); break;
+    case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
+    }
+    if (rc) return rc;
     for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
     tap2(sink, l, "ffn_inp", a->x, T, E);
 
@@ -509,32 +495,13 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     int rc;
 
-    if (T < 1) return td_err_set(err, TD_EINPUT, REF_NAME ": a forward needs at least one token, got %lld", (long long)T);
-    if (pos0 != r->n_past)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": positions must continue the sequence: expected pos0 = %lld, got %lld "
-                                   "(reset to start a new sequence)",
-                          (long long)r->n_past, (long long)pos0);
-    if (pos0 + T > r->n_ctx)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
-                          (long long)r->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
-    for (int64_t t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return td_err_set(err, TD_EINPUT, REF_NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
-                              (long long)t, tokens[t], (long long)V);
+    if ((rc = td_fwd_check_step(REF_NAME, tokens, T, pos0, r->n_past, r->n_ctx, V, err))) return rc;
 
     acts_ensure(r, T);
     kv_ensure(r, pos0 + T);
     ref_acts *a = &r->a;
-    for (int64_t t = 0; t < T; t++) {
-        a->tok32[t] = tokens[t];
-        a->pos[t] = pos0 + t;
-        a->pos32[t] = (int32_t)(pos0 + t);
-    }
-    const int64_t shape_t[1] = {T};
-    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, a->tok32, 1, shape_t);
-    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, a->pos32, 1, shape_t);
+    for (int64_t t = 0; t < T; t++) a->pos[t] = pos0 + t;
+    td_fwd_tap_inputs(sink, tokens, T, pos0, a->pos32);
 
     // embedding lookup: row `token` of token_embd
     for (int64_t t = 0; t < T; t++)
@@ -553,15 +520,8 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
 
     // the step succeeded: commit its positions and tokens
     r->n_past = pos0 + T;
-    for (int64_t t = 0; t < T; t++) {
-        if (r->n_hist == TD_REF_HIST_W) {
-            memmove(r->hist, r->hist + 1, (TD_REF_HIST_W - 1) * sizeof r->hist[0]);
-            r->n_hist--;
-        }
-        r->hist[r->n_hist++] = tokens[t];
-    }
-    const int64_t shape_w[1] = {r->n_hist};
-    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, r->hist, 1, shape_w);
+    td_hist_push(&r->hist, tokens, T);
+    td_hist_tap(&r->hist, sink);
     return TD_OK;
 }
 
@@ -572,7 +532,7 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
 static void ref_reset(td_backend *b) {
     ref_backend *r = (ref_backend *)b;
     r->n_past = 0;
-    r->n_hist = 0;
+    td_hist_reset(&r->hist);
 }
 
 static void ref_close(td_backend *b) {
@@ -612,8 +572,8 @@ static int check_model(const td_model *m, td_err *err) {
     const td_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab;
-    if (hp->arch != TD_ARCH_LLAMA && hp->arch != TD_ARCH_QWEN3 && hp->arch != TD_ARCH_QWEN3MOE)
-        return td_err_set(err, TD_EINPUT, REF_NAME ": architecture %s is not supported", td_arch_name(hp->arch));
+    int rc;
+    if ((rc = td_fwd_check_layers(REF_NAME, FN(backend).layer_kinds, m, err))) return rc;
     if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
         return td_err_set(err, TD_EINPUT,
                           REF_NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
@@ -624,7 +584,6 @@ static int check_model(const td_model *m, td_err *err) {
     if (X > 0 && (K < 1 || K > X))
         return td_err_set(err, TD_EINPUT, REF_NAME ": expert_used_count %lld must be in 1..expert_count %lld",
                           (long long)K, (long long)X);
-    int rc;
     if ((rc = check_matrix(m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output, "output", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output_norm, "output_norm", -1, E, 1, err))) return rc;
@@ -674,6 +633,8 @@ const td_backend_vt FN(backend) = {
     .reset = ref_reset,
     .close = ref_close,
     .version = ref_version,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
+    .faults = 0, // the oracle carries no bug on purpose
 };
 
 static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {

@@ -28,9 +28,10 @@
 
 #include "cpu.h"
 #include "cpu_kernels.h"
-#include "faults.h"
+#include "cpu_faults.h"
+#include "forward.h"
 #include "pool.h"
-#include "reference.h" /* TD_REF_HIST_W: hist.tokens has the reference's width */
+#include "reference.h" /* the act-q8 profile's definition (td_ref_act_round_f32) */
 #include "td_config.h"
 
 #define NAME "cpu"
@@ -94,7 +95,7 @@ typedef struct cpu_acts {
     int32_t *route_t, *route_j; // (T*K) token and rank slot of each grouped row
     int64_t *estart, *ecount;   // (X) first grouped row and row count of each expert
     float *rope_c, *rope_s;  // (T, R/2) m*cos, m*sin of each token's angles
-    int32_t *tok32, *pos32;  // (T)
+    int32_t *pos32;          // (T)
 } cpu_acts;
 
 /* One matrix product: y[t][o] (row stride ldy) = x[t] . W[row0 + o] (+ bias[o])
@@ -121,7 +122,7 @@ typedef struct cpu_backend {
     td_cpu_kernels k;
     td_cpu_pool *pool;
     int n_threads;
-    int fault;       // td_cpu_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
+    int fault;       // td_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
     int64_t n_fwd;   // forwards since open/reset: the step index stale_token counts
     int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
     unsigned fmts_xn, fmts_ctx, fmts_act, fmts_xs; // FMT_* each input needs (its weights' types)
@@ -138,8 +139,7 @@ typedef struct cpu_backend {
     float **att;                // per thread (kv_cap) attention scores
     mm_seg *segs;               // job scratch
     int max_segs;
-    int64_t hist[TD_REF_HIST_W];
-    int64_t n_hist;
+    td_hist hist;
     cpu_acts a;
     char version[320];
 } cpu_backend;
@@ -613,24 +613,6 @@ static void ffn_dense(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     matmul(b, a->proj, &a->act, L->ffn.down, 0, E, T, NULL);
 }
 
-/* top-K of probs (X), largest first; among equal probabilities the lower
- * index ranks first; weights renormalised by max(sum, 2^-14) (primitives §5) */
-static void moe_route(int32_t *topk, float *w, const float *probs, int64_t X, int64_t K) {
-    for (int64_t j = 0; j < K; j++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < X; e++) {
-            int taken = 0;
-            for (int64_t i = 0; i < j; i++) taken |= topk[i] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-        }
-        topk[j] = (int32_t)best;
-    }
-    float sum = 0;
-    for (int64_t j = 0; j < K; j++) sum += probs[topk[j]];
-    const float z = sum > 0x1p-14f ? sum : 0x1p-14f;
-    for (int64_t j = 0; j < K; j++) w[j] = probs[topk[j]] / z;
-}
-
 /* softmax-routed MoE: a->xn (T, E) -> a->proj (T, E). The (token, slot)
  * pairs are grouped by expert, so each active expert is one segment over
  * its tokens; all gate/up segments run as one job, all down segments as
@@ -648,12 +630,10 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     tap2(sink, l, "moe_logits", a->moe_logits, T, X);
     for (int64_t t = 0; t < T; t++) softmax_f32(a->moe_probs + t * X, a->moe_logits + t * X, X);
     tap2(sink, l, "moe_probs", a->moe_probs, T, X);
-    if (b->fault == TD_FAULT_ROUTER_TIEBREAK || b->fault == TD_FAULT_MOE_NO_RENORM)
-        for (int64_t t = 0; t < T; t++)
-            td_cpu_fault_moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K,
-                                   b->fault == TD_FAULT_ROUTER_TIEBREAK, b->fault != TD_FAULT_MOE_NO_RENORM);
-    else
-        for (int64_t t = 0; t < T; t++) moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K);
+    const unsigned route = (b->fault == TD_FAULT_ROUTER_TIEBREAK ? TD_ROUTE_TIE_HIGH : 0u) |
+                           (b->fault == TD_FAULT_MOE_NO_RENORM ? TD_ROUTE_NO_RENORM : 0u);
+    for (int64_t t = 0; t < T; t++)
+        td_moe_route_f32(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K, route);
     const int64_t shape_tk[2] = {T, K};
     TD_TAP(sink, l, "moe_topk", TD_DT_I32, a->moe_topk, 2, shape_tk);
     tap2(sink, l, "moe_weights", a->moe_w, T, K);
@@ -709,7 +689,11 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     cpu_acts *a = &b->a;
     const int64_t E = b->hp.n_embd;
 
-    attention_block(b, l, T, pos0, sink);
+    // the mixer of this block's kind (open refused kinds not listed in layer_kinds)
+    switch (L->kind) {
+    case TD_LAYER_ATTENTION: attention_block(b, l, T, pos0, sink); break;
+    case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
+    }
     if (b->fault == TD_FAULT_RESIDUAL_SKIP &&
         l == (b->hp.n_layer > TD_FAULT_RESIDUAL_LAYER ? TD_FAULT_RESIDUAL_LAYER : 0))
         memcpy(a->x, a->proj, (size_t)(T * E) * sizeof(float));
@@ -720,7 +704,7 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     par_rmsnorm(b, a->xn.x, a->x, b->layers[l].ffn_norm, T, E);
     tap2(sink, l, "ffn_norm", a->xn.x, T, E);
     in_prepare(b, &a->xn, 0, T);
-    if (L->ffn.gate_inp) ffn_moe(b, l, T, sink);
+    if (L->ffn.gate_inp) ffn_moe(b, l, T, sink); // the router is bound: a MoE FFN
     else ffn_dense(b, l, T, sink);
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
@@ -733,7 +717,7 @@ static void acts_free(cpu_acts *a) {
     in_free(&a->xn), in_free(&a->ctx), in_free(&a->act), in_free(&a->xs);
     free(a->proj), free(a->gate), free(a->up), free(a->logits);
     free(a->moe_logits), free(a->moe_probs), free(a->moe_topk), free(a->moe_w);
-    free(a->ys), free(a->route_t), free(a->route_j), free(a->rope_c), free(a->rope_s), free(a->tok32);
+    free(a->ys), free(a->route_t), free(a->route_j), free(a->rope_c), free(a->rope_s);
     free(a->pos32), free(a->estart), free(a->ecount);
     memset(a, 0, sizeof *a);
 }
@@ -761,7 +745,6 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
     a->logits = td_xcalloc(n * V, fs);
     a->rope_c = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
     a->rope_s = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
-    a->tok32 = td_xcalloc(n, sizeof(int32_t));
     a->pos32 = td_xcalloc(n, sizeof(int32_t));
     if (X) {
         a->moe_logits = td_xcalloc(n * X, fs);
@@ -798,19 +781,8 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     const td_hparams *hp = &b->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
 
-    if (T < 1) return td_err_set(err, TD_EINPUT, NAME ": a forward needs at least one token, got %lld", (long long)T);
-    if (pos0 != b->n_past)
-        return td_err_set(err, TD_EINPUT,
-                          NAME ": positions must continue the sequence: expected pos0 = %lld, got %lld "
-                               "(reset to start a new sequence)",
-                          (long long)b->n_past, (long long)pos0);
-    if (pos0 + T > b->n_ctx)
-        return td_err_set(err, TD_EINPUT, NAME ": KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
-                          (long long)b->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
-    for (int64_t t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return td_err_set(err, TD_EINPUT, NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
-                              (long long)t, tokens[t], (long long)V);
+    int rc = td_fwd_check_step(NAME, tokens, T, pos0, b->n_past, b->n_ctx, V, err);
+    if (rc) return rc;
 
     int32_t stale[1] = {0}; // stale_token: this decode step consumes token 0
     if (b->fault == TD_FAULT_STALE_TOKEN && b->n_fwd == TD_FAULT_STALE_STEP && T == 1) tokens = stale;
@@ -818,12 +790,7 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     acts_ensure(b, T);
     kv_ensure(b, pos0 + T);
     cpu_acts *a = &b->a;
-    for (int64_t t = 0; t < T; t++) {
-        a->tok32[t] = tokens[t];
-        a->pos32[t] = (int32_t)(pos0 + t);
-    }
-    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, a->tok32, 1, &T);
-    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, a->pos32, 1, &T);
+    td_fwd_tap_inputs(sink, tokens, T, pos0, a->pos32);
 
     const td_tensor *emb = b->m->tok_embd;
     for (int64_t t = 0; t < T; t++)
@@ -842,14 +809,8 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     for (int64_t i = 0; i < T * V; i++) logits[i] = (double)a->logits[i];
 
     b->n_past = pos0 + T;
-    for (int64_t t = 0; t < T; t++) {
-        if (b->n_hist == TD_REF_HIST_W) {
-            memmove(b->hist, b->hist + 1, (TD_REF_HIST_W - 1) * sizeof b->hist[0]);
-            b->n_hist--;
-        }
-        b->hist[b->n_hist++] = tokens[t];
-    }
-    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, b->hist, 1, &b->n_hist);
+    td_hist_push(&b->hist, tokens, T);
+    td_hist_tap(&b->hist, sink);
     return TD_OK;
 }
 
@@ -860,7 +821,7 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
 static void cpu_reset(td_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     b->n_past = 0;
-    b->n_hist = 0;
+    td_hist_reset(&b->hist);
     b->n_fwd = 0;
 }
 
@@ -932,8 +893,7 @@ static int load_model(cpu_backend *b, td_err *err) {
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
     const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab, HD = H * D, KD = Hkv * D;
     int rc;
-    if (hp->arch != TD_ARCH_LLAMA && hp->arch != TD_ARCH_QWEN3 && hp->arch != TD_ARCH_QWEN3MOE)
-        return td_err_set(err, TD_EINPUT, NAME ": architecture %s is not supported", td_arch_name(hp->arch));
+    if ((rc = td_fwd_check_layers(NAME, td_cpu_backend.layer_kinds, m, err))) return rc;
     if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
         return td_err_set(err, TD_EINPUT, NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
                           (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
@@ -1018,12 +978,18 @@ const td_backend_vt td_cpu_backend = {
     .reset = cpu_reset,
     .close = cpu_close,
     .version = cpu_version,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
+    .faults = TD_FAULT_BIT(TD_FAULT_ROPE_PAIRING) | TD_FAULT_BIT(TD_FAULT_STALE_TOKEN) |
+              TD_FAULT_BIT(TD_FAULT_RMSNORM_EPS) | TD_FAULT_BIT(TD_FAULT_ROUTER_TIEBREAK) |
+              TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
+              TD_FAULT_BIT(TD_FAULT_KV_POS) | TD_FAULT_BIT(TD_FAULT_GQA_MAP_MOD) | TD_FAULT_BIT(TD_FAULT_ATTN_SCALE) |
+              TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP),
 };
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
     *out = NULL;
-    td_cpu_fault fault;
-    if (td_cpu_fault_parse(p ? p->inject : NULL, &fault, err)) return TD_EINPUT;
+    td_fault fault;
+    if (td_fault_parse(NAME, p ? p->inject : NULL, &fault, err)) return TD_EINPUT;
     const char *profile = p && p->profile && p->profile[0] ? p->profile : "native";
     if (strcmp(profile, "native") && strcmp(profile, "act-q8"))
         return td_err_set(err, TD_EINPUT,
@@ -1106,7 +1072,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
 #endif
     if (fault) { // a run with a deliberate bug must say so wherever its version is recorded
         size_t len = strlen(b->version);
-        snprintf(b->version + len, sizeof b->version - len, " FAULT INJECTED: %s", td_cpu_fault_get(fault)->name);
+        snprintf(b->version + len, sizeof b->version - len, " FAULT INJECTED: %s", td_fault_get(fault)->name);
     }
     *out = &b->base;
     return TD_OK;
