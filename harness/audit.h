@@ -174,23 +174,7 @@ void td_audit_result_free(td_audit_result *r);
  * to +-inf; NaN stays NaN), as a double. */
 double td_audit_round_bf16(double x);
 double td_audit_round_f16(double x);
-/* The relative floor of a precision (see above); 0 for integer dtypes. */
-double td_audit_floor(td_dtype dt);
-
-/* ---- Renderers ------------------------------------------------------------
- * Markdown: the verdict, the arms and noise estimator, one table of tie
- * statistics per (arm, layer), and with two files one table of selection
- * disagreements per layer. */
-void td_audit_markdown(FILE *f, const td_audit_result *r);
-/* JSON document, format "tapdiff-audit" version 1, indented; caller frees. */
-char *td_audit_json(const td_audit_result *r);
-/* Self-contained HTML (no scripts, no external resources): the tables and,
- * per arm and layer, an inline SVG histogram of log10 margins with the exact
- * ties as their own bar and the largest threshold marked. */
-void td_audit_html(FILE *f, const td_audit_result *r);
-/* Creates dir (and missing parents) and writes audit.md, audit.json and
- * audit.html. TD_EINPUT naming the path when it cannot. */
-int td_audit_write_dir(const char *dir, const td_audit_result *r, td_err *err);
+/* The relative floor of a precision is compare.h's td_cmp_floor. */
 
 #ifdef __cplusplus
 }

@@ -1,5 +1,5 @@
 /* tapdiff golden files: what `tapdiff golden` writes and `tapdiff gate`
- * reads (the attribute names are documented in cmd_golden.c), and the two
+ * reads (the attribute names are documented in harness/cli/golden.c), and the two
  * helpers they share. */
 #ifndef TD_GOLDEN_H
 #define TD_GOLDEN_H
@@ -22,5 +22,9 @@ int td_golden_attr_put(const char *path, const char *key, const char *str, const
  * name = "" when it is none. */
 int td_golden_fixture_of(const char *model_path, const char *sha, const char *want, char *name, size_t n,
                          td_err *err);
+
+/* Copies the taps of src that carry data into a new tap file dst (root
+ * attributes as text, steps as they are): a golden of the logits alone. */
+int td_golden_copy_data_taps(const char *src, const char *dst, td_err *err);
 
 #endif

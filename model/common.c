@@ -8,6 +8,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int td_err_set(td_err *err, int status, const char *fmt, ...) {
@@ -76,4 +77,19 @@ int td_sha256_file(const char *path, char hex[65], td_err *err) {
     close(fd);
     SHA256End(&ctx, hex);
     return TD_OK;
+}
+
+int td_mkdir_p(const char *dir, td_err *err) {
+    char *p = td_xstrdup(dir);
+    int rc = TD_OK;
+    for (char *q = p + 1; *q && !rc; q++) {
+        if (*q != '/') continue;
+        *q = '\0';
+        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+        *q = '/';
+    }
+    if (!rc && mkdir(p, 0777) && errno != EEXIST)
+        rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
+    free(p);
+    return rc;
 }

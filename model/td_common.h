@@ -64,6 +64,10 @@ void td_abort_(const char *file, int line, const char *what)
 int td_sha256_file(const char *path, char hex[65], td_err *err);
 void td_sha256_buf(const void *data, size_t n, char hex[65]);
 
+/* mkdir -p: creates dir and its missing parents; TD_EINPUT naming the path
+ * that could not be created. */
+int td_mkdir_p(const char *dir, td_err *err);
+
 #ifdef __cplusplus
 }
 #endif

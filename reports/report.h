@@ -9,6 +9,7 @@
 
 #include <stdio.h>
 
+#include "audit.h"
 #include "compare.h"
 
 #ifdef __cplusplus
@@ -35,6 +36,21 @@ int td_report_write_dir(const char *dir, const td_cmp_result *r, td_err *err);
  * non-finite ones first), as indices into r->taps; returns how many. Shared
  * by the renderers so every format lists the same taps. */
 int td_report_worst(const td_cmp_result *r, int64_t *idx, int n);
+
+/* ---- Router audit (harness/audit.h) -------------------------------------
+ * Markdown: the verdict, the arms and noise estimator, one table of tie
+ * statistics per (arm, layer), and with two files one table of selection
+ * disagreements per layer. */
+void td_audit_markdown(FILE *f, const td_audit_result *r);
+/* JSON document, format "tapdiff-audit" version 1, indented; caller frees. */
+char *td_audit_json(const td_audit_result *r);
+/* Self-contained HTML (no scripts, no external resources): the tables and,
+ * per arm and layer, an inline SVG histogram of log10 margins with the exact
+ * ties as their own bar and the largest threshold marked. */
+void td_audit_html(FILE *f, const td_audit_result *r);
+/* Creates dir (and missing parents) and writes audit.md, audit.json and
+ * audit.html. TD_EINPUT naming the path when it cannot. */
+int td_audit_write_dir(const char *dir, const td_audit_result *r, td_err *err);
 
 #ifdef __cplusplus
 }

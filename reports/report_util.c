@@ -174,22 +174,9 @@ int td_report_worst(const td_cmp_result *r, int64_t *idx, int n) {
     return m;
 }
 
-static int mkdir_p(const char *dir) {
-    char *p = td_xstrdup(dir);
-    int rc = 0;
-    for (char *s = p + 1; *s && !rc; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) && errno != EEXIST) rc = -1;
-        *s = '/';
-    }
-    if (!rc && mkdir(p, 0777) && errno != EEXIST) rc = -1;
-    free(p);
-    return rc;
-}
-
 int td_report_write_dir(const char *dir, const td_cmp_result *r, td_err *err) {
-    if (mkdir_p(dir)) return td_err_set(err, TD_EINPUT, "report directory %s: cannot create it: %s", dir, strerror(errno));
+    int rc = td_mkdir_p(dir, err);
+    if (rc) return rc;
     static const char *const names[] = {"report.md", "report.json", "report.html"};
     for (int i = 0; i < 3; i++) {
         size_t len = strlen(dir) + strlen(names[i]) + 2;

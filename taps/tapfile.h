@@ -115,6 +115,9 @@ int64_t td_tapfile_n_steps(const td_tapfile *f);
 /* "" or one line about what was ignored ("step 000003 is incomplete ..."). */
 const char *td_tapfile_note(const td_tapfile *f);
 
+/* Sets root attribute `key` of the closed tap file at path: a UTF-8 string
+ * (str != NULL) or a float64 (*num). Replaces an existing one. */
+int td_tapfile_attr_put(const char *path, const char *key, const char *str, const double *num, td_err *err);
 /* Root attribute `key` as text, td_xmalloc'd (caller frees): strings as they
  * are, integers in decimal, floats with %.17g, 1-D arrays comma-separated.
  * TD_EINPUT if absent. */

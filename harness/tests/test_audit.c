@@ -25,30 +25,20 @@
 #include "tap.h"
 #include "tapfile.h"
 #include "tapgen.h"
+#include "td_test.h"
 
 static char tmp[256];
 static char model[512];
 
 static void mk_tmp(void) {
-    snprintf(tmp, sizeof tmp, "/tmp/td_audit_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmp));
+    td_test_tmpdir(tmp, sizeof tmp, "audit");
 }
 
-static void rm_tmp(void) {
-    char cmd[400];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmp);
-    if (system(cmd)) fprintf(stderr, "cannot remove %s\n", tmp);
-}
+static void rm_tmp(void) { td_test_rmdir(tmp); }
 
 TestSuite(audit, .init = mk_tmp, .fini = rm_tmp, .timeout = 120);
 
-static const char *in_tmp(const char *name) {
-    static char bufs[8][512];
-    static int k;
-    char *b = bufs[k++ % 8];
-    snprintf(b, 512, "%s/%s", tmp, name);
-    return b;
-}
+static const char *in_tmp(const char *name) { return td_test_path(tmp, name); }
 
 /* ------------------------------------------------------------------------ */
 /* Reference runs on the tie fixture                                          */
@@ -165,28 +155,9 @@ static void hook_nontie(void *user, int64_t step, const td_tap_info *ti, double 
 /* The binary                                                                 */
 
 /* Runs `tapdiff ARGS` with stdout into OUT_FILE; returns the exit status. */
-static int run_tapdiff(const char *args, const char *out_file) {
-    const char *bin = getenv("TD_TAPDIFF");
-    if (!bin) cr_skip_test("TD_TAPDIFF not set (run through meson test)");
-    char cmd[2048];
-    snprintf(cmd, sizeof cmd, "'%s' %s > '%s' 2>> '%s.err'", bin, args, out_file, out_file);
-    const int st = system(cmd);
-    cr_assert(WIFEXITED(st), "tapdiff did not exit normally");
-    return WEXITSTATUS(st);
-}
+static int run_tapdiff(const char *args, const char *out_file) { return td_test_tapdiff_sh(args, out_file, 0); }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *b = malloc((size_t)n + 1);
-    cr_assert_eq(fread(b, 1, (size_t)n, f), (size_t)n);
-    b[n] = '\0';
-    fclose(f);
-    return b;
-}
+static char *slurp(const char *path) { return td_test_slurp(path, NULL); }
 
 /* ------------------------------------------------------------------------ */
 /* The planted ties                                                           */

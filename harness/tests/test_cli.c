@@ -8,11 +8,9 @@
 #include <string.h>
 #include <sys/wait.h>
 
-static const char *tapdiff(void) {
-    const char *p = getenv("TD_TAPDIFF");
-    if (!p) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
-    return p;
-}
+#include "td_test.h"
+
+static const char *tapdiff(void) { return td_test_tapdiff(); }
 
 /* Runs `tapdiff ARGS` with stdout+stderr captured into out; returns the exit
  * status, or -1 when it died from a signal. */
@@ -64,4 +62,33 @@ Test(cli, every_subcommand_has_help_and_rejects_unknown_options) {
         seen++;
     }
     cr_assert_geq(seen, 3, "only %d subcommands listed in --help", seen);
+}
+
+/* One option parser for every verb: --opt=VALUE means --opt VALUE, a flag
+ * refuses a value, and an unknown option reads the same in every verb. */
+Test(cli, options_take_equals_form_everywhere) {
+    char dir[256];
+    td_test_tmpdir(dir, sizeof dir, "cli");
+    char args[1024];
+    snprintf(args, sizeof args, "fixture --out=%s --only=llama-f32", dir);
+    cr_assert_eq(run(args, buf, sizeof buf), 0, "%s", buf);
+    cr_assert_eq(access(td_test_path(dir, "llama-f32.gguf"), R_OK), 0, "--out=DIR --only=NAME wrote nothing: %s", buf);
+    snprintf(args, sizeof args, "inspect --no-sha256 --json -- %s", td_test_path(dir, "llama-f32.gguf"));
+    cr_assert_eq(run(args, buf, sizeof buf), 0, "'--' ends the options: %s", buf);
+    cr_assert_eq(run("fixture --list=yes", buf, sizeof buf), 2, "%s", buf);
+    cr_assert(strstr(buf, "--list takes no value") != NULL, "%s", buf);
+    cr_assert_eq(run("compare a.h5 b.h5 --k=0", buf, sizeof buf), 2, "%s", buf);
+    cr_assert_eq(run("compare a.h5 b.h5 --topk=x", buf, sizeof buf), 2, "%s", buf);
+    td_test_rmdir(dir);
+}
+
+Test(cli, unknown_option_reads_the_same_in_every_verb) {
+    static const char *const verbs[] = {"inspect", "fixture", "run", "compare", "bisect", "gate", "golden", "bench", "audit"};
+    for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
+        char args[256], want[256];
+        snprintf(args, sizeof args, "%s --no-such-option=1", verbs[i]);
+        cr_assert_eq(run(args, buf, sizeof buf), 2, "%s: %s", verbs[i], buf);
+        snprintf(want, sizeof want, "tapdiff %s: unknown option '--no-such-option'", verbs[i]);
+        cr_assert(strstr(buf, want) != NULL, "%s: want \"%s\" in:\n%s", verbs[i], want, buf);
+    }
 }

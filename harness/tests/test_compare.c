@@ -13,22 +13,17 @@
 
 #include "compare.h"
 #include "tapgen.h"
+#include "td_test.h"
 
 static char dir[256];
 static int pool_n;
 
 static void mkdir_tmp(void) {
-    snprintf(dir, sizeof dir, "/tmp/td_cmp_XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    td_test_tmpdir(dir, sizeof dir, "cmp");
     pool_n = 0;
 }
 
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {
-    }
-}
+static void rm_tmp(void) { td_test_rmdir(dir); }
 
 /* DIR/name; each call returns its own buffer for the rest of the test (a
  * path kept in an options struct must not be overwritten by a later call). */

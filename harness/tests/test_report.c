@@ -14,22 +14,17 @@
 #include "compare.h"
 #include "report.h"
 #include "tapgen.h"
+#include "td_test.h"
 
 static char dir[256];
 static int pool_n;
 
 static void mkdir_tmp(void) {
-    snprintf(dir, sizeof dir, "/tmp/td_rep_XXXXXX");
-    cr_assert_not_null(mkdtemp(dir));
+    td_test_tmpdir(dir, sizeof dir, "report");
     pool_n = 0;
 }
 
-static void rm_tmp(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", dir);
-    if (system(cmd)) {
-    }
-}
+static void rm_tmp(void) { td_test_rmdir(dir); }
 
 /* DIR/name; each call returns its own buffer for the rest of the test (a
  * path kept in an options struct must not be overwritten by a later call). */
@@ -74,18 +69,7 @@ static td_cmp_result *divergent(const char *b_name) {
     return r;
 }
 
-static char *slurp(const char *path) {
-    FILE *f = fopen(path, "rb");
-    cr_assert_not_null(f, "cannot open %s", path);
-    fseek(f, 0, SEEK_END);
-    long n = ftell(f);
-    fseek(f, 0, SEEK_SET);
-    char *s = malloc((size_t)n + 1);
-    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
-    s[n] = '\0';
-    fclose(f);
-    return s;
-}
+static char *slurp(const char *path) { return td_test_slurp(path, NULL); }
 
 __attribute__((noinline)) static char *render(void (*fn)(FILE *, const td_cmp_result *), const td_cmp_result *r) {
     char *buf = NULL;

@@ -1,5 +1,5 @@
 /* tapdiff: tests of the architecture binding (model/model.c) and of
- * `tapdiff inspect` (harness/cmd_inspect.c).
+ * `tapdiff inspect` (harness/cli/inspect.c).
  *
  * - stories260K.gguf (a real model): the expected numbers come from
  *   ../shared/models/README.md and the token pieces from reading the file's

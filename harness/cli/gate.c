@@ -13,6 +13,7 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cli.h"
 #include "compare.h"
 #include "fixtures.h"
@@ -140,9 +141,14 @@ int td_cmd_gate(int argc, char **argv) {
     const char *golden = NULL, *backend = NULL, *model = NULL, *keep = NULL, *report = NULL;
     double k = TD_CMP_K_DEFAULT;
     int json = 0, quiet = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    td_args p;
+    td_args_init(&p, "gate", gate_help, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        const char *a = p.arg;
+        if (k == TD_ARG_POS)
+            return td_cli_failf("gate", TD_EUSAGE, "unexpected argument '%s' (see tapdiff gate --help)", a);
+        if (k == TD_ARG_HELP) {
             fputs(gate_help, stdout);
             return TD_OK;
         }
@@ -154,9 +160,8 @@ int td_cmd_gate(int argc, char **argv) {
             quiet = 1;
             continue;
         }
-        if (strncmp(a, "--", 2) || i + 1 >= argc)
-            return td_cli_failf("gate", TD_EUSAGE, "unexpected argument '%s' (see tapdiff gate --help)", a);
-        const char *v = argv[++i];
+        const char *v = td_args_value(&p);
+        if (!v) return TD_EUSAGE;
         if (!strcmp(a, "--golden")) golden = v;
         else if (!strcmp(a, "--backend")) backend = v;
         else if (!strcmp(a, "--model")) model = v;
@@ -168,7 +173,7 @@ int td_cmd_gate(int argc, char **argv) {
             if (end == v || *end || !(k > 0))
                 return td_cli_failf("gate", TD_EUSAGE, "--k: expected a positive number, got '%s'", v);
         } else
-            return td_cli_failf("gate", TD_EUSAGE, "unknown option '%s' (see tapdiff gate --help)", a);
+            return td_args_unknown(&p);
     }
     if (!golden || !backend)
         return td_cli_failf("gate", TD_EUSAGE, "--golden and --backend are required (see tapdiff gate --help)");

@@ -13,6 +13,7 @@
 
 #include <cJSON.h>
 
+#include "args.h"
 #include "cli.h"
 #include "faults.h"
 #include "compare.h"
@@ -90,9 +91,14 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
     memset(a, 0, sizeof *a);
     a->steps = 16;
     a->out_dir = "tapdiff-bisect";
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+    td_args p;
+    td_args_init(&p, "bisect", bisect_help, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        const char *arg = p.arg;
+        if (k == TD_ARG_POS)
+            return td_cli_failf("bisect", TD_EUSAGE, "unexpected argument '%s' (see tapdiff bisect --help)", arg);
+        if (k == TD_ARG_HELP) {
             fputs(bisect_help, stdout);
             return -1;
         }
@@ -108,9 +114,8 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
             a->quiet = 1;
             continue;
         }
-        if (strncmp(arg, "--", 2) || i + 1 >= argc)
-            return td_cli_failf("bisect", TD_EUSAGE, "unexpected argument '%s' (see tapdiff bisect --help)", arg);
-        const char *v = argv[++i];
+        const char *v = td_args_value(&p);
+        if (!v) return TD_EUSAGE;
         if (!strcmp(arg, "--model")) a->model = v;
         else if (!strcmp(arg, "--a")) a->a = v;
         else if (!strcmp(arg, "--b")) a->b = v;
@@ -134,7 +139,7 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
             if (end == v || *end || !(a->k > 0))
                 return td_cli_failf("bisect", TD_EUSAGE, "--k: expected a positive number, got '%s'", v);
         } else {
-            return td_cli_failf("bisect", TD_EUSAGE, "unknown option '%s' (see tapdiff bisect --help)", arg);
+            return td_args_unknown(&p);
         }
     }
     if (!a->model || !a->a || !a->b)
@@ -197,21 +202,6 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
     return rc;
 }
 
-static int mkdir_p(const char *dir, td_err *err) {
-    char *p = td_xstrdup(dir);
-    int rc = TD_OK;
-    for (char *s = p + 1; *s && !rc; s++) {
-        if (*s != '/') continue;
-        *s = '\0';
-        if (mkdir(p, 0777) && errno != EEXIST) rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
-        *s = '/';
-    }
-    if (!rc && mkdir(p, 0777) && errno != EEXIST)
-        rc = td_err_set(err, TD_EINPUT, "%s: cannot create: %s", p, strerror(errno));
-    free(p);
-    return rc;
-}
-
 static char *join(const char *dir, const char *prefix, const char *arm) {
     size_t n = strlen(dir) + strlen(prefix) + strlen(arm) + 8;
     char *s = td_xmalloc(n);
@@ -241,7 +231,7 @@ int td_cmd_bisect(int argc, char **argv) {
         goto out;
     }
     if (a.tokens_file && (rc = td_read_token_text(a.tokens_file, &prompt, &n_prompt, &err))) goto out;
-    if ((rc = mkdir_p(a.out_dir, &err))) goto out;
+    if ((rc = td_mkdir_p(a.out_dir, &err))) goto out;
     if ((rc = td_model_open(&m, a.model, &err))) goto out;
 
     if ((rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, NULL, &ra, &err))) goto out;

@@ -5,6 +5,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "runner.h"
 #include "selfcheck.h"
@@ -65,9 +66,14 @@ static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
 static int parse_args(int argc, char **argv, run_args *a) {
     memset(a, 0, sizeof *a);
     a->steps = 16;
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+    td_args p;
+    td_args_init(&p, "run", run_help, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        const char *arg = p.arg;
+        if (k == TD_ARG_POS)
+            return td_cli_failf("run", TD_EUSAGE, "unexpected argument '%s' (see tapdiff run --help)", arg);
+        if (k == TD_ARG_HELP) {
             fputs(run_help, stdout);
             return -1;
         }
@@ -79,21 +85,9 @@ static int parse_args(int argc, char **argv, run_args *a) {
             a->check = 1;
             continue;
         }
-        // every other option takes a value: "--opt VALUE" or "--opt=VALUE"
-        char name[32];
-        const char *val = NULL;
-        const char *eq = strchr(arg, '=');
-        if (strncmp(arg, "--", 2) || (eq ? (size_t)(eq - arg) : strlen(arg)) >= sizeof name)
-            return td_cli_failf("run", TD_EUSAGE, "unexpected argument '%s' (see tapdiff run --help)", arg);
-        if (eq) {
-            memcpy(name, arg, (size_t)(eq - arg));
-            name[eq - arg] = '\0';
-            val = eq + 1;
-        } else {
-            snprintf(name, sizeof name, "%s", arg);
-            if (i + 1 >= argc) return td_cli_failf("run", TD_EUSAGE, "%s needs a value", arg);
-            val = argv[++i];
-        }
+        const char *name = arg;
+        const char *val = td_args_value(&p);
+        if (!val) return TD_EUSAGE;
         if (!strcmp(name, "--model")) a->model = val;
         else if (!strcmp(name, "--backend")) a->backend = val;
         else if (!strcmp(name, "--tokens")) a->tokens = val;
@@ -114,7 +108,7 @@ static int parse_args(int argc, char **argv, run_args *a) {
             if (parse_ll(val, 1, UINT32_MAX, &a->ctx))
                 return td_cli_failf("run", TD_EUSAGE, "--ctx: expected a positive count, got '%s'", val);
         } else
-            return td_cli_failf("run", TD_EUSAGE, "unknown option '%s' (see tapdiff run --help)", name);
+            return td_args_unknown(&p);
     }
     if (!a->model) return td_cli_failf("run", TD_EUSAGE, "--model is required (see tapdiff run --help)");
     if (!a->backend) return td_cli_failf("run", TD_EUSAGE, "--backend is required (see tapdiff run --help)");

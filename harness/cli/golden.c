@@ -15,12 +15,12 @@
  *   calib_logits_rel_l2      str  per-step rel L2 of ref32 vs ref logits,
  *                                 comma-separated, step order
  *   calib_logits_rel_l2_max  f64  their maximum */
-#include <hdf5.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
+#include "args.h"
 #include "cli.h"
 #include "compare.h"
 #include "fixtures.h"
@@ -45,130 +45,6 @@ static const char *const golden_help =
     "exit: 0 written, 2 usage, 3 bad model/tokens or a fixture that does not match,\n"
     "      99 internal error\n";
 
-/* ------------------------------------------- attributes on a closed file */
-
-int td_golden_attr_put(const char *path, const char *key, const char *str, const double *num, td_err *err) {
-    H5Eset_auto2(H5E_DEFAULT, NULL, NULL);
-    hid_t f = H5Fopen(path, H5F_ACC_RDWR, H5P_DEFAULT);
-    if (f < 0) return td_err_set(err, TD_EINPUT, "golden %s: cannot open it for writing attributes", path);
-    int rc = TD_OK;
-    hid_t type = -1, space = H5Screate(H5S_SCALAR), a = -1;
-    if (H5Aexists(f, key) > 0) H5Adelete(f, key);
-    if (str) {
-        type = H5Tcopy(H5T_C_S1);
-        H5Tset_size(type, H5T_VARIABLE);
-        H5Tset_cset(type, H5T_CSET_UTF8);
-        a = H5Acreate2(f, key, type, space, H5P_DEFAULT, H5P_DEFAULT);
-        if (a < 0 || H5Awrite(a, type, &str) < 0) rc = TD_EINTERNAL;
-    } else {
-        a = H5Acreate2(f, key, H5T_IEEE_F64LE, space, H5P_DEFAULT, H5P_DEFAULT);
-        if (a < 0 || H5Awrite(a, H5T_NATIVE_DOUBLE, num) < 0) rc = TD_EINTERNAL;
-    }
-    if (a >= 0) H5Aclose(a);
-    if (type >= 0) H5Tclose(type);
-    H5Sclose(space);
-    if (H5Fclose(f) < 0) rc = TD_EINTERNAL;
-    if (rc) td_err_set(err, rc, "golden %s: cannot write attribute '%s'", path, key);
-    return rc;
-}
-
-int td_golden_fixture_of(const char *model_path, const char *sha, const char *want, char *name, size_t n,
-                         td_err *err) {
-    name[0] = '\0';
-    char cand[128];
-    if (want) {
-        snprintf(cand, sizeof cand, "%s", want);
-    } else {
-        const char *base = strrchr(model_path, '/');
-        base = base ? base + 1 : model_path;
-        size_t len = strlen(base);
-        if (len < 6 || strcmp(base + len - 5, ".gguf") || len - 5 >= sizeof cand) return TD_OK;
-        memcpy(cand, base, len - 5);
-        cand[len - 5] = '\0';
-    }
-    if (!td_fixture_find(cand))
-        return want ? td_err_set(err, TD_EINPUT, "--fixture %s: no such fixture (tapdiff fixture --list)", want) : TD_OK;
-    uint8_t *buf;
-    size_t len;
-    int rc = td_fixture_build(cand, &buf, &len, err);
-    if (rc) return rc;
-    char hex[65];
-    td_sha256_buf(buf, len, hex);
-    free(buf);
-    if (strcmp(hex, sha)) {
-        if (want)
-            return td_err_set(err, TD_EINPUT,
-                              "--fixture %s: %s is not that fixture (sha256 %s; fixture %s builds sha256 %s)", want,
-                              model_path, sha, want, hex);
-        return TD_OK;
-    }
-    snprintf(name, n, "%s", cand);
-    return TD_OK;
-}
-
-/* Copies the taps of src that carry data into a new tap file dst (root
- * attributes as text, steps as they are): a golden of the logits alone. */
-static int copy_data_taps(const char *src, const char *dst, td_err *err) {
-    td_tapfile *f = NULL;
-    td_tap_sink *s = NULL;
-    char **names = NULL;
-    int nn = 0, rc;
-    if ((rc = td_tapfile_open(&f, src, err))) return rc;
-    td_tap_options o = td_tap_options_default();
-    o.compress = 0; // f64 logits do not compress; contiguous storage is smaller
-    if ((rc = td_tap_sink_open(&s, dst, &o, err))) goto out;
-    if ((rc = td_tapfile_attr_names(f, &names, &nn, err))) goto out;
-    static const char *const own[] = {"format", "format_version", "created", "tap_mode", "tap_filter"};
-    for (int i = 0; i < nn; i++) {
-        int skip = 0;
-        for (size_t k = 0; k < sizeof own / sizeof own[0]; k++) skip |= !strcmp(names[i], own[k]);
-        char *v;
-        if (skip || td_tapfile_attr_str(f, names[i], &v, err)) continue;
-        td_tap_sink_attr_str(s, names[i], v);
-        free(v);
-    }
-    for (int64_t st = 0; !rc && st < td_tapfile_n_steps(f); st++) {
-        td_step_info si;
-        td_tap_info *taps = NULL;
-        int64_t n = 0;
-        if ((rc = td_tapfile_step(f, st, &si, err)) || (rc = td_tapfile_step_taps(f, st, &taps, &n, err)) ||
-            (rc = td_tap_step_begin(s, si.kind, si.pos0, si.n_tokens, err))) {
-            free(taps);
-            break;
-        }
-        for (int64_t i = 0; !rc && i < n; i++) {
-            const td_tap_info *t = &taps[i];
-            if (!t->has_data) continue;
-            size_t cnt = (size_t)(t->count ? t->count : 1);
-            if (td_dtype_is_int(t->dtype)) {
-                int64_t *v = td_xmalloc(cnt * sizeof *v);
-                if (!(rc = td_tapfile_read_i64(f, st, t->name, v, t->count, err)))
-                    td_tap_emit(s, -1, t->name, TD_DT_I64, v, t->ndim, t->shape);
-                free(v);
-            } else {
-                double *v = td_xmalloc(cnt * sizeof *v);
-                if (!(rc = td_tapfile_read_f64(f, st, t->name, v, t->count, err)))
-                    td_tap_emit(s, -1, t->name, TD_DT_F64, v, t->ndim, t->shape);
-                free(v);
-            }
-        }
-        free(taps);
-        if (!rc) rc = td_tap_step_end(s, err);
-    }
-out:
-    td_tapfile_free_names(names, nn);
-    if (s) {
-        td_err e2;
-        int crc = td_tap_sink_close(s, &e2);
-        if (crc && !rc) {
-            rc = crc;
-            *err = e2;
-        }
-    }
-    td_tapfile_close(f);
-    return rc;
-}
-
 /* ---------------------------------------------------------------- main */
 
 static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
@@ -183,9 +59,14 @@ int td_cmd_golden(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *tokens_file = NULL, *out = NULL, *fixture = NULL;
     long long steps = -1;
     int quiet = 0, logits_only = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    td_args p;
+    td_args_init(&p, "golden", golden_help, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        const char *a = p.arg;
+        if (k == TD_ARG_POS)
+            return td_cli_failf("golden", TD_EUSAGE, "unexpected argument '%s' (see tapdiff golden --help)", a);
+        if (k == TD_ARG_HELP) {
             fputs(golden_help, stdout);
             return TD_OK;
         }
@@ -197,9 +78,8 @@ int td_cmd_golden(int argc, char **argv) {
             logits_only = 1;
             continue;
         }
-        if (strncmp(a, "--", 2) || i + 1 >= argc)
-            return td_cli_failf("golden", TD_EUSAGE, "unexpected argument '%s' (see tapdiff golden --help)", a);
-        const char *v = argv[++i];
+        const char *v = td_args_value(&p);
+        if (!v) return TD_EUSAGE;
         if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "--tokens-file")) tokens_file = v;
@@ -209,7 +89,7 @@ int td_cmd_golden(int argc, char **argv) {
             if (parse_ll(v, 0, 4096, &steps))
                 return td_cli_failf("golden", TD_EUSAGE, "--steps: expected a count 0..4096, got '%s'", v);
         } else
-            return td_cli_failf("golden", TD_EUSAGE, "unknown option '%s' (see tapdiff golden --help)", a);
+            return td_args_unknown(&p);
     }
     if (!model || !out || steps < 0)
         return td_cli_failf("golden", TD_EUSAGE, "--model, --steps and --out are required (see tapdiff golden --help)");
@@ -259,7 +139,7 @@ int td_cmd_golden(int argc, char **argv) {
     cfg.decode_label = "pinned:golden";
     cfg.tap_path = tmp;
     if ((rc = td_run(&cfg, &rb, &err))) goto done;
-    if (logits_only && (rc = copy_data_taps(full, out, &err))) goto done;
+    if (logits_only && (rc = td_golden_copy_data_taps(full, out, &err))) goto done;
 
     td_cmp_options o = td_cmp_options_default();
     o.filter = "out.logits";

@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "arch.h"
 #include "model.h"
@@ -388,23 +389,26 @@ static void json_verdict(cJSON *doc, const td_err *err) {
 int td_cmd_inspect(int argc, char **argv) {
     int json = 0, all_tensors = 0, hash = 1;
     const char *path = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    td_args p;
+    td_args_init(&p, "inspect", NULL, argc, argv);
+    p.usage_fn = usage;
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_HELP) {
             usage(stdout);
             return TD_OK;
-        } else if (!strcmp(a, "--json")) json = 1;
-        else if (!strcmp(a, "--tensors")) all_tensors = 1;
-        else if (!strcmp(a, "--no-sha256")) hash = 0;
-        else if (a[0] == '-' && a[1] != '\0') {
-            fprintf(stderr, "tapdiff inspect: unknown option '%s'\n", a);
-            usage(stderr);
-            return TD_EUSAGE;
-        } else if (path) {
-            fprintf(stderr, "tapdiff inspect: expected one MODEL.gguf, found a second one '%s'\n", a);
-            usage(stderr);
-            return TD_EUSAGE;
-        } else path = a;
+        }
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        if (k == TD_ARG_POS) {
+            if (path) {
+                fprintf(stderr, "tapdiff inspect: expected one MODEL.gguf, found a second one '%s'\n", p.arg);
+                usage(stderr);
+                return TD_EUSAGE;
+            }
+            path = p.arg;
+        } else if (td_args_is(&p, "--json")) json = 1;
+        else if (td_args_is(&p, "--tensors")) all_tensors = 1;
+        else if (td_args_is(&p, "--no-sha256")) hash = 0;
+        else return td_args_unknown(&p);
     }
     if (!path) {
         fprintf(stderr, "tapdiff inspect: expected MODEL.gguf\n");

@@ -8,6 +8,8 @@
 #include <string.h>
 
 #include "audit.h"
+#include "report.h"
+#include "args.h"
 #include "cli.h"
 
 static const char *const audit_help =
@@ -40,27 +42,25 @@ static const char *const audit_help =
 int td_cmd_audit(int argc, char **argv) {
     const char *pos[2] = {0}, *control = NULL, *report = NULL;
     int npos = 0, json = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    td_args p;
+    td_args_init(&p, "audit", audit_help, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_HELP) {
             fputs(audit_help, stdout);
             return TD_OK;
         }
-        if (!strcmp(a, "--json")) {
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        if (k == TD_ARG_POS) {
+            if (npos == 2) return td_cli_failf("audit", TD_EUSAGE, "at most two tap files (got '%s' too)", p.arg);
+            pos[npos++] = p.arg;
+        } else if (td_args_is(&p, "--json")) {
             json = 1;
-        } else if (!strcmp(a, "--control") || !strcmp(a, "--report")) {
-            if (i + 1 >= argc) return td_cli_failf("audit", TD_EUSAGE, "%s needs a value", a);
-            if (!strcmp(a, "--control")) control = argv[++i];
-            else report = argv[++i];
-        } else if (!strncmp(a, "--control=", 10)) {
-            control = a + 10;
-        } else if (!strncmp(a, "--report=", 9)) {
-            report = a + 9;
-        } else if (a[0] == '-' && a[1]) {
-            return td_cli_failf("audit", TD_EUSAGE, "unknown option '%s' (see tapdiff audit --help)", a);
+        } else if (td_args_is(&p, "--control")) {
+            if (!(control = td_args_value(&p))) return TD_EUSAGE;
+        } else if (td_args_is(&p, "--report")) {
+            if (!(report = td_args_value(&p))) return TD_EUSAGE;
         } else {
-            if (npos == 2) return td_cli_failf("audit", TD_EUSAGE, "at most two tap files (got '%s' too)", a);
-            pos[npos++] = a;
+            return td_args_unknown(&p);
         }
     }
     if (npos == 0) return td_cli_failf("audit", TD_EUSAGE, "a tap file is required (see tapdiff audit --help)");

@@ -14,6 +14,7 @@
 #include <cjson/cJSON.h>
 
 #include "../bench/bench_model.h"
+#include "args.h"
 #include "cli.h"
 #include "cpu.h"
 #include "runner.h"
@@ -66,9 +67,14 @@ static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
 static int parse_args(int argc, char **argv, bench_args *a) {
     memset(a, 0, sizeof *a);
     a->prompt = 128, a->gen = 32, a->repeat = 3, a->bw_mib = 512, a->size = "200m";
-    for (int i = 1; i < argc; i++) {
-        const char *arg = argv[i];
-        if (!strcmp(arg, "--help") || !strcmp(arg, "-h")) {
+    td_args p;
+    td_args_init(&p, CMD, bench_help, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        const char *arg = p.arg;
+        if (k == TD_ARG_POS)
+            return td_cli_failf(CMD, TD_EUSAGE, "unexpected argument '%s' (see tapdiff bench --help)", arg);
+        if (k == TD_ARG_HELP) {
             fputs(bench_help, stdout);
             return -1;
         }
@@ -76,9 +82,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
             a->json = 1;
             continue;
         }
-        if (strncmp(arg, "--", 2) || i + 1 >= argc)
-            return td_cli_failf(CMD, TD_EUSAGE, "unexpected argument '%s' (see tapdiff bench --help)", arg);
-        const char *val = argv[++i];
+        const char *val = td_args_value(&p);
+        if (!val) return TD_EUSAGE;
         long long *num = NULL, lo = 0, hi = 0;
         if (!strcmp(arg, "--model")) a->model = val;
         else if (!strcmp(arg, "--backend")) a->backend = val;
@@ -91,7 +96,7 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         else if (!strcmp(arg, "--gen")) num = &a->gen, lo = 0, hi = 1 << 20;
         else if (!strcmp(arg, "--repeat")) num = &a->repeat, lo = 1, hi = 1000;
         else if (!strcmp(arg, "--bw-mib")) num = &a->bw_mib, lo = 1, hi = 1 << 20;
-        else return td_cli_failf(CMD, TD_EUSAGE, "unknown option '%s' (see tapdiff bench --help)", arg);
+        else return td_args_unknown(&p);
         if (num && parse_ll(val, lo, hi, num))
             return td_cli_failf(CMD, TD_EUSAGE, "%s: expected an integer in %lld..%lld, got '%s'", arg, lo, hi, val);
     }

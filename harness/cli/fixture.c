@@ -6,6 +6,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "args.h"
 #include "cli.h"
 #include "fixtures.h"
 
@@ -37,25 +38,27 @@ static void list_names(FILE *f) {
 int td_cmd_fixture(int argc, char **argv) {
     const char *out = NULL, *only = NULL;
     int list = 0;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i];
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    td_args p;
+    td_args_init(&p, CMD, NULL, argc, argv);
+    p.usage_fn = usage;
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        if (k == TD_ARG_HELP) {
             usage(stdout);
             return TD_OK;
-        } else if (!strcmp(a, "--list")) {
-            list = 1;
-        } else if (!strcmp(a, "--out") || !strcmp(a, "--only")) {
-            if (i + 1 >= argc) {
-                td_cli_failf(CMD, TD_EUSAGE, "%s needs a value", a);
-                usage(stderr);
-                return TD_EUSAGE;
-            }
-            if (!strcmp(a, "--out")) out = argv[++i];
-            else only = argv[++i];
-        } else {
-            td_cli_failf(CMD, TD_EUSAGE, "unknown argument '%s'", a);
+        }
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        if (k == TD_ARG_POS) {
+            td_cli_failf(CMD, TD_EUSAGE, "unknown argument '%s'", p.arg);
             usage(stderr);
             return TD_EUSAGE;
+        } else if (td_args_is(&p, "--list")) {
+            list = 1;
+        } else if (td_args_is(&p, "--out")) {
+            if (!(out = td_args_value(&p))) return TD_EUSAGE;
+        } else if (td_args_is(&p, "--only")) {
+            if (!(only = td_args_value(&p))) return TD_EUSAGE;
+        } else {
+            return td_args_unknown(&p);
         }
     }
     if (list) {

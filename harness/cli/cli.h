@@ -17,7 +17,7 @@ int td_cmd_compare(int argc, char **argv);
 int td_cmd_bisect(int argc, char **argv);
 int td_cmd_gate(int argc, char **argv);
 int td_cmd_golden(int argc, char **argv);
-int td_cmd_bench(int argc, char **argv); /* harness/cmd_bench.c (cpu backend team) */
+int td_cmd_bench(int argc, char **argv);
 int td_cmd_audit(int argc, char **argv);
 
 /* The exact command line, for provenance attributes (set by main). */

@@ -2,10 +2,12 @@
  * one-screen verdict (or JSON) on stdout, optionally writes the reports, and
  * exits 0 conformant / 1 divergent / 2 usage / 3 refused (bad or
  * incompatible input). */
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
+#include "args.h"
 #include "cli.h"
 #include "compare.h"
 #include "report.h"
@@ -33,65 +35,47 @@ static const char *usage_text =
     "exit: 0 conformant, 1 divergent (or nothing/not everything compared), 2 usage,\n"
     "      3 refused: unreadable file, different models, different tokens, incompatible shapes\n";
 
-// The value of option argv[*i], advancing *i; NULL (after a message) when missing.
-static const char *value(int argc, char **argv, int *i) {
-    if (*i + 1 >= argc) {
-        td_cli_failf("compare", TD_EUSAGE, "%s needs a value", argv[*i]);
-        return NULL;
-    }
-    return argv[++*i];
-}
-
-static int parse_double(const char *s, double *out) {
-    char *end;
-    double v = strtod(s, &end);
-    if (end == s || *end || !(v > 0)) return -1;
-    *out = v;
-    return 0;
-}
-
 int td_cmd_compare(int argc, char **argv) {
     td_cmp_options o = td_cmp_options_default();
     const char *pos[2] = {0};
     int npos = 0, json = 0;
     const char *report = NULL;
-    for (int i = 1; i < argc; i++) {
-        const char *a = argv[i], *v;
-        if (!strcmp(a, "--help") || !strcmp(a, "-h")) {
+    td_args p;
+    td_args_init(&p, "compare", usage_text, argc, argv);
+    for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
+        const char *v;
+        if (k == TD_ARG_HELP) {
             fputs(usage_text, stdout);
             return TD_OK;
-        } else if (!strcmp(a, "--json")) {
+        }
+        if (k == TD_ARG_ERROR) return TD_EUSAGE;
+        if (k == TD_ARG_POS) {
+            if (npos == 2)
+                return td_cli_failf("compare", TD_EUSAGE, "too many files: '%s' (want A.h5 B.h5)", p.arg);
+            pos[npos++] = p.arg;
+        } else if (td_args_is(&p, "--json")) {
             json = 1;
-        } else if (!strcmp(a, "--allow-token-mismatch")) {
+        } else if (td_args_is(&p, "--allow-token-mismatch")) {
             o.allow_token_mismatch = 1;
-        } else if (!strcmp(a, "--control") || !strcmp(a, "--control-a") || !strcmp(a, "--control-b") ||
-                   !strcmp(a, "--filter") || !strcmp(a, "--report")) {
-            if (!(v = value(argc, argv, &i))) return TD_EUSAGE;
+        } else if (td_args_is(&p, "--control") || td_args_is(&p, "--control-a") || td_args_is(&p, "--control-b") ||
+                   td_args_is(&p, "--filter") || td_args_is(&p, "--report")) {
+            const char *a = p.arg;
+            if (!(v = td_args_value(&p))) return TD_EUSAGE;
             if (!strcmp(a, "--control")) o.control = v;
             if (!strcmp(a, "--control-a")) o.control_a = v;
             if (!strcmp(a, "--control-b")) o.control_b = v;
             if (!strcmp(a, "--filter")) o.filter = v;
             if (!strcmp(a, "--report")) report = v;
-        } else if (!strcmp(a, "--k") || !strcmp(a, "--floor") || !strcmp(a, "--topk")) {
+        } else if (td_args_is(&p, "--k") || td_args_is(&p, "--floor")) {
             double d;
-            if (!(v = value(argc, argv, &i))) return TD_EUSAGE;
-            if (parse_double(v, &d))
-                return td_cli_failf("compare", TD_EUSAGE, "%s wants a positive number, got '%s'", a, v);
-            if (!strcmp(a, "--k")) o.k = d;
-            if (!strcmp(a, "--floor")) o.floor = d;
-            if (!strcmp(a, "--topk")) {
-                if (d != (int)d || d > TD_CMP_TOPK_MAX)
-                    return td_cli_failf("compare", TD_EUSAGE, "--topk wants an integer 1..%d, got '%s'",
-                                        TD_CMP_TOPK_MAX, v);
-                o.topk = (int)d;
-            }
-        } else if (a[0] == '-' && a[1]) {
-            td_cli_failf("compare", TD_EUSAGE, "unknown option '%s'", a);
-            fputs(usage_text, stderr);
-            return TD_EUSAGE;
+            if (td_args_double(&p, 0, HUGE_VAL, &d)) return TD_EUSAGE;
+            if (!(d > 0)) return td_cli_failf("compare", TD_EUSAGE, "%s wants a positive number", p.arg);
+            if (td_args_is(&p, "--k")) o.k = d;
+            else o.floor = d;
+        } else if (td_args_is(&p, "--topk")) {
+            if (td_args_int(&p, 1, TD_CMP_TOPK_MAX, &o.topk)) return TD_EUSAGE;
         } else {
-            if (npos == 2) return td_cli_failf("compare", TD_EUSAGE, "too many files: '%s' (want A.h5 B.h5)", a);
-            pos[npos++] = a;
+            return td_args_unknown(&p);
         }
     }
     if (npos != 2) {
