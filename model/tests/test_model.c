@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "model.h"
 
 /* ------------------------------------------------------------------------ */
@@ -767,6 +768,74 @@ Test(model, llama_moe_binds_without_gate_experts) {
     cr_expect_null(m->layers[0].attn.q_norm);
     td_model_close(m);
     unlink(path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The architecture table                                                     */
+
+/* One case per architecture shape: what the spec says each must bind
+ * (arch-*.md), written here by hand, not read from the descriptors. */
+typedef struct arch_case {
+    const cfg *c;
+    td_arch arch;
+    td_rope_type rope;
+    int qk_norm, moe;
+} arch_case;
+static const arch_case k_arch_cases[] = {
+    {&LLAMA, TD_ARCH_LLAMA, TD_ROPE_NORM, 0, 0},
+    {&LLAMA_MOE, TD_ARCH_LLAMA, TD_ROPE_NORM, 0, 1},
+    {&QWEN3, TD_ARCH_QWEN3, TD_ROPE_NEOX, 1, 0},
+    {&QWEN3MOE, TD_ARCH_QWEN3MOE, TD_ROPE_NEOX, 1, 1},
+};
+#define N_ARCH_CASES (sizeof k_arch_cases / sizeof k_arch_cases[0])
+static int k_arch_case_ix[N_ARCH_CASES];
+
+ParameterizedTestParameters(arch_table, binds_attention_layers_per_spec) {
+    for (size_t i = 0; i < N_ARCH_CASES; i++) k_arch_case_ix[i] = (int)i;
+    return cr_make_param_array(int, k_arch_case_ix, N_ARCH_CASES);
+}
+
+ParameterizedTest(int *ix, arch_table, binds_attention_layers_per_spec) {
+    const arch_case *k = &k_arch_cases[*ix];
+    char path[64];
+    td_model *m = open_built(build(k->c), path, sizeof path);
+    const char *name = k->c->arch;
+    cr_expect_eq(m->hp.arch, k->arch, "%s", name);
+    cr_expect_eq(m->hp.rope_type, k->rope, "%s", name);
+    cr_expect_str_eq(td_arch_name(m->hp.arch), name);
+    const td_arch_desc *d = td_arch_find(name);
+    cr_assert_not_null(d, "%s is not in the table", name);
+    cr_expect_eq(d, td_arch_get(k->arch), "%s: find and get disagree", name);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const td_layer *ly = &m->layers[l];
+        cr_expect_eq(ly->kind, TD_LAYER_ATTENTION, "%s block %u: kind %s", name, l, td_layer_kind_name(ly->kind));
+        cr_expect(ly->attn.norm && ly->attn.wo && ly->ffn.norm, "%s block %u: attention parts", name, l);
+        cr_expect_eq(ly->attn.q_norm != NULL, k->qk_norm, "%s block %u: q_norm", name, l);
+        cr_expect_eq(ly->attn.k_norm != NULL, k->qk_norm, "%s block %u: k_norm", name, l);
+        cr_expect_eq(ly->ffn.gate_inp != NULL, k->moe, "%s block %u: router", name, l);
+        cr_expect_eq(ly->ffn.gate != NULL, !k->moe, "%s block %u: dense gate", name, l);
+    }
+    td_model_close(m);
+    unlink(path);
+}
+
+Test(arch_table, every_descriptor_is_complete_and_found_by_name) {
+    cr_assert_eq(td_arch_count(), 3, "llama, qwen3, qwen3moe (arch-*.md); a new one comes with its tests");
+    for (size_t i = 0; i < td_arch_count(); i++) {
+        const td_arch_desc *d = td_arch_at(i);
+        cr_assert_not_null(d);
+        cr_expect(d->name && d->spec && d->read_hparams && d->layer_kind && d->bind_layer, "%s: hooks", d->name);
+        cr_expect_eq(td_arch_find(d->name), d, "%s", d->name);
+        cr_expect_eq(td_arch_get(d->arch), d, "%s", d->name);
+    }
+    cr_expect_null(td_arch_at(td_arch_count()));
+    cr_expect_null(td_arch_find("gpt9"));
+    cr_expect_null(td_arch_find(NULL));
+    char names[128];
+    td_arch_names(names, sizeof names, ", ");
+    cr_expect_str_eq(names, "llama, qwen3, qwen3moe");
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_ATTENTION), "attention");
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_KIND_COUNT), "unknown");
 }
 
 Test(model, gpt2_text) {
