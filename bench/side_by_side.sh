@@ -21,7 +21,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 build=${1:-build}
-td="$build/harness/tapdiff"
+td="$build/tapdiff"
 [ -x "$td" ] || { echo "side_by_side: no $td (build first: meson setup $build && ninja -C $build)" >&2; exit 2; }
 prompt=${PROMPT:-64} gen=${GEN:-32} repeat=${REPEAT:-3} rounds=${ROUNDS:-2}
 threads=${THREADS:-"1 2"} types=${TYPES:-"q4_k q8_0 f16"}

@@ -10,7 +10,7 @@ fixture=${1:-qwen3moe-f32}
 
 bash ci/setup.sh
 bash ci/build.sh build
-td=build/harness/tapdiff
+td=build/tapdiff
 mkdir -p out
 
 echo "== tapdiff fixture: writing the deterministic fixture models to out/fixtures"

@@ -19,6 +19,7 @@ int td_cmd_gate(int argc, char **argv);
 int td_cmd_golden(int argc, char **argv);
 int td_cmd_bench(int argc, char **argv);
 int td_cmd_audit(int argc, char **argv);
+int td_cmd_determinism(int argc, char **argv);
 
 /* The exact command line, for provenance attributes (set by main). */
 extern const char *td_cli_command_line;

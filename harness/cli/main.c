@@ -22,6 +22,7 @@ static const subcommand commands[] = {
     {"golden", td_cmd_golden, "(re)generate a golden file from the reference"},
     {"bench", td_cmd_bench, "prefill/decode throughput of a backend, and the memory-bandwidth bound"},
     {"audit", td_cmd_audit, "MoE router tie audit of one tap file, or selection disagreements of two"},
+    {"determinism", td_cmd_determinism, "run one arm N times on the same tokens; nondeterministic if any tap differs"},
 };
 
 static void usage(FILE *f) {
@@ -32,10 +33,10 @@ static void usage(FILE *f) {
             "\n"
             "commands:\n");
     for (size_t i = 0; i < sizeof commands / sizeof commands[0]; i++)
-        fprintf(f, "  %-9s %s\n", commands[i].name, commands[i].summary);
+        fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fprintf(f,
             "\n"
-            "exit codes: 0 ok/conformant, 1 divergent, 2 usage, 3 bad input file,\n"
+            "exit codes: 0 ok/conformant, 1 divergent, 2 usage, 3 bad input file, 4 nondeterministic,\n"
             "            77 skipped (backend not built / no device), 99 internal error\n");
 }
 
