@@ -65,6 +65,36 @@ int td_fwd_check_layers(const char *name, unsigned kinds, const td_model *m, td_
     return TD_OK;
 }
 
+int td_fwd_check_model(const char *name, unsigned kinds, const td_model *m, td_err *err) {
+    int rc = td_fwd_check_layers(name, kinds, m, err);
+    if (rc) return rc;
+    const td_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, V = hp->n_vocab;
+    const int64_t X = hp->n_expert, K = hp->n_expert_used;
+    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
+        return td_err_set(err, TD_EINPUT, "%s: bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
+                          name, (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
+    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
+        return td_err_set(err, TD_EINPUT, "%s: rope dims R=%u must be even and <= head dim %lld", name, hp->rope_dims,
+                          (long long)D);
+    if (X > 0 && (K < 1 || K > X))
+        return td_err_set(err, TD_EINPUT, "%s: expert_used_count %lld must be in 1..expert_count %lld", name,
+                          (long long)K, (long long)X);
+    return TD_OK;
+}
+
+int td_fwd_check_matrix(const char *name, const td_tensor *t, const char *what, int l, int64_t n_in, int64_t n_rows,
+                        td_err *err) {
+    if (!t && l < 0) return td_err_set(err, TD_EINPUT, "%s: the model has no %s tensor", name, what);
+    if (!t) return td_err_set(err, TD_EINPUT, "%s: layer %d has no %s tensor", name, l, what);
+    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
+        return td_err_set(err, TD_EINPUT,
+                          "%s: tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, %llu rows",
+                          name, t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
+                          (unsigned long long)t->n_rows);
+    return TD_OK;
+}
+
 /* ===================================================================== */
 /* MoE routing                                                            */
 /* ===================================================================== */

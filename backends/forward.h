@@ -53,6 +53,17 @@ void td_fwd_tap_inputs(td_tap_sink *sink, const int32_t *tokens, int64_t T, int6
 /* TD_EINPUT naming the first layer whose kind is not in `kinds`. */
 int td_fwd_check_layers(const char *name, unsigned kinds, const td_model *m, td_err *err);
 
+/* What every forward relies on, so that a model built by other code than the
+ * loader fails with a message rather than an assertion: the layer kinds
+ * (above), E, H, Hkv, D, V >= 1 with Hkv dividing H, an even R <= D, and
+ * 1 <= K <= X for an MoE. */
+int td_fwd_check_model(const char *name, unsigned kinds, const td_model *m, td_err *err);
+
+/* A matrix the forward reads: present (layer l, or the model when l < 0),
+ * rows of n_in values, at least n_rows rows. */
+int td_fwd_check_matrix(const char *name, const td_tensor *t, const char *what, int l, int64_t n_in, int64_t n_rows,
+                        td_err *err);
+
 /* ---- MoE routing (primitives §5) ---------------------------------------
  * topk (K) = indices of the K largest probs (X), largest first; among EQUAL
  * probabilities the LOWER expert index ranks first (what a stable descending

@@ -553,17 +553,8 @@ static const char *ref_version(const td_backend *b) {
     return "tapdiff " TD_VERSION " (" TD_GIT_REV ") reference, scalar " REF_PRECISION;
 }
 
-/* A matrix the forward reads: present, rows of n_in values, at least n_rows rows. */
 static int check_matrix(const td_tensor *t, const char *what, int l, int64_t n_in, int64_t n_rows, td_err *err) {
-    if (!t && l < 0) return td_err_set(err, TD_EINPUT, REF_NAME ": the model has no %s tensor", what);
-    if (!t) return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d has no %s tensor", l, what);
-    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, "
-                                   "%llu rows",
-                          t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
-                          (unsigned long long)t->n_rows);
-    return TD_OK;
+    return td_fwd_check_matrix(REF_NAME, t, what, l, n_in, n_rows, err);
 }
 
 /* Checks what the forward relies on, so that a model built by other code than
@@ -571,19 +562,9 @@ static int check_matrix(const td_tensor *t, const char *what, int l, int64_t n_i
 static int check_model(const td_model *m, td_err *err) {
     const td_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
-    const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab;
+    const int64_t X = hp->n_expert, V = hp->n_vocab;
     int rc;
-    if ((rc = td_fwd_check_layers(REF_NAME, FN(backend).layer_kinds, m, err))) return rc;
-    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
-                          (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
-    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
-        return td_err_set(err, TD_EINPUT, REF_NAME ": rope dims R=%u must be even and <= head dim %lld", hp->rope_dims,
-                          (long long)D);
-    if (X > 0 && (K < 1 || K > X))
-        return td_err_set(err, TD_EINPUT, REF_NAME ": expert_used_count %lld must be in 1..expert_count %lld",
-                          (long long)K, (long long)X);
+    if ((rc = td_fwd_check_model(REF_NAME, FN(backend).layer_kinds, m, err))) return rc;
     if ((rc = check_matrix(m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output, "output", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output_norm, "output_norm", -1, E, 1, err))) return rc;

@@ -855,13 +855,8 @@ static const char *cpu_version(const td_backend *base) {
  * and a type the kernels can read. */
 static int check_matrix(const td_cpu_kernels *k, const td_tensor *t, const char *what, int l, int64_t n_in,
                         int64_t n_rows, td_err *err) {
-    if (!t && l < 0) return td_err_set(err, TD_EINPUT, NAME ": the model has no %s tensor", what);
-    if (!t) return td_err_set(err, TD_EINPUT, NAME ": layer %d has no %s tensor", l, what);
-    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
-        return td_err_set(err, TD_EINPUT,
-                          NAME ": tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, %llu rows",
-                          t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
-                          (unsigned long long)t->n_rows);
+    int rc = td_fwd_check_matrix(NAME, t, what, l, n_in, n_rows, err);
+    if (rc) return rc;
     if (t->type < 0 || t->type >= TD_TYPE_COUNT || !k->type[t->type].to_f32)
         return td_err_set(err, TD_EINPUT, NAME ": tensor %s: type %s has no decoder (expected a ggml weight type)",
                           t->cname, td_type_name(t->type));
@@ -891,18 +886,9 @@ static int load_model(cpu_backend *b, td_err *err) {
     const td_hparams *hp = &b->hp;
     const td_cpu_kernels *k = &b->k;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
-    const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab, HD = H * D, KD = Hkv * D;
+    const int64_t X = hp->n_expert, V = hp->n_vocab, HD = H * D, KD = Hkv * D;
     int rc;
-    if ((rc = td_fwd_check_layers(NAME, td_cpu_backend.layer_kinds, m, err))) return rc;
-    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
-        return td_err_set(err, TD_EINPUT, NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
-                          (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
-    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
-        return td_err_set(err, TD_EINPUT, NAME ": rope dims R=%u must be even and <= head dim %lld", hp->rope_dims,
-                          (long long)D);
-    if (X > 0 && (K < 1 || K > X))
-        return td_err_set(err, TD_EINPUT, NAME ": expert_used_count %lld must be in 1..expert_count %lld", (long long)K,
-                          (long long)X);
+    if ((rc = td_fwd_check_model(NAME, td_cpu_backend.layer_kinds, m, err))) return rc;
     if ((rc = check_matrix(k, m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(k, m->output, "output", -1, E, V, err))) return rc;
     if ((rc = load_vec(k, &b->out_norm, m->output_norm, "output_norm", -1, 0, E, err))) return rc;

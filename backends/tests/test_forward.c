@@ -99,3 +99,27 @@ Test(moe_route, clamp_at_2_pow_minus_14) {
     td_moe_route_f32(topk, w, tiny, 3, 2, 0);
     cr_expect_eq(w[0], 0x1p-20f / 0x1p-14f, "sum 1.5*2^-20 < 2^-14: divided by the clamp");
 }
+
+Test(forward, model_checks_name_the_bad_hyper_parameter) {
+    td_layer layers[1];
+    memset(layers, 0, sizeof layers);
+    td_model m;
+    memset(&m, 0, sizeof m);
+    m.layers = layers;
+    m.hp = (td_hparams){.arch = TD_ARCH_LLAMA, .n_layer = 1, .n_embd = 8, .n_head = 4, .n_head_kv = 3,
+                        .head_dim = 2, .rope_dims = 2, .n_vocab = 5};
+    td_err err = {{0}};
+    const unsigned att = TD_KINDS(TD_LAYER_ATTENTION);
+    cr_expect_eq(td_fwd_check_model("xb", att, &m, &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "xb: bad hyper-parameters: E=8 H=4 Hkv=3"), "%s", err.msg);
+    m.hp.n_head_kv = 2;
+    cr_expect_eq(td_fwd_check_model("xb", att, &m, &err), TD_OK, "%s", err.msg);
+    m.hp.rope_dims = 3;
+    cr_expect_eq(td_fwd_check_model("xb", att, &m, &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "rope dims R=3"), "%s", err.msg);
+    m.hp.rope_dims = 2, m.hp.n_expert = 4, m.hp.n_expert_used = 5;
+    cr_expect_eq(td_fwd_check_model("xb", att, &m, &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "expert_used_count 5 must be in 1..expert_count 4"), "%s", err.msg);
+    cr_expect_eq(td_fwd_check_matrix("xb", NULL, "attn_q", 3, 8, 8, &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "xb: layer 3 has no attn_q tensor"), "%s", err.msg);
+}
