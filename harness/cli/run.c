@@ -46,7 +46,8 @@ static const char *const run_help =
     "  --quiet              only the summary line, no progress bar\n"
     "  --help               this text\n"
     "\n"
-    "exit: 0 ok, 1 --check failed, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
+    "exit: 0 ok, 1 --check failed, 2 usage (or --inject a fault the backend does not implement),\n"
+    "      3 bad model / tokens / token file, 77 backend not built here, 99 internal error\n";
 
 typedef struct run_args {
     const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out, *profile, *inject;
