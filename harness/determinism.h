@@ -17,7 +17,7 @@ extern "C" {
 #endif
 
 /* The exit status of a nondeterministic verdict (README's exit-code table). */
-#define TD_NONDETERMINISTIC 4
+#define TD_NONDETERMINISTIC 5
 
 typedef struct td_det_config {
     td_run_config run;   /* model, backend, prompt, steps, profile, inject... (tap fields are set here) */

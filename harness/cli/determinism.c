@@ -1,7 +1,7 @@
 /* tapdiff determinism: runs one arm N times on the same tokens (threads
  * cycled over a list, by default including more threads than cores) and
  * compares the runs' tap files bit for bit; a difference is the verdict
- * "nondeterministic" (exit 4), apart from "divergent". */
+ * "nondeterministic" (exit 5), apart from "divergent". */
 #include <cjson/cJSON.h>
 #include <math.h>
 #include <stdio.h>
@@ -33,7 +33,7 @@ static const char *const det_help =
     "                     first differing run are kept, the rest removed unless --keep\n"
     "  --json             print the verdict as JSON\n"
     "\n"
-    "exit: 0 deterministic, 4 nondeterministic, 2 usage, 3 bad input, 77 backend not available here\n";
+    "exit: 0 deterministic, 5 nondeterministic, 2 usage, 3 bad input, 77 backend not available here\n";
 
 static void on_run(void *user, int done, int total) {
     (void)total;

@@ -36,7 +36,7 @@ static void usage(FILE *f) {
         fprintf(f, "  %-11s %s\n", commands[i].name, commands[i].summary);
     fprintf(f,
             "\n"
-            "exit codes: 0 ok/conformant, 1 divergent, 2 usage, 3 bad input file, 4 nondeterministic,\n"
+            "exit codes: 0 ok/conformant, 1 divergent, 2 usage, 3 bad input file, 5 nondeterministic,\n"
             "            77 skipped (backend not built / no device), 99 internal error\n");
 }
 
