@@ -214,6 +214,7 @@ static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_m
     bad |= td_tap_sink_attr_str(s, "tapdiff_version", TD_VERSION);
     bad |= td_tap_sink_attr_str(s, "git_revision", TD_GIT_REV);
     bad |= td_tap_sink_attr_str(s, "command_line", cfg->command_line ? cfg->command_line : "");
+    if (cfg->prompt_text) bad |= td_tap_sink_attr_str(s, "prompt", cfg->prompt_text);
     bad |= td_tap_sink_attr_str(s, "decode", decode);
     bad |= td_tap_sink_attr_i64(s, "n_prompt", cfg->n_prompt);
     bad |= td_tap_sink_attr_i64(s, "n_decode_steps", cfg->n_steps);

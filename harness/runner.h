@@ -45,6 +45,7 @@ typedef struct td_run_config {
     const char *inject;        /* (optional) backend fault injection */
     const char *profile;       /* (optional) arithmetic profile */
     const char *command_line;  /* (optional) provenance */
+    const char *prompt_text;   /* (optional) the text `prompt` was tokenized from: root attribute `prompt` */
     /* (optional) progress: called after each forward with done/total forwards */
     void (*on_step)(void *user, int64_t done, int64_t total);
     void *user;

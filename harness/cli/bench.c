@@ -22,7 +22,8 @@
 #define CMD "bench"
 
 static const char *const bench_help =
-    "usage: tapdiff bench --model M.gguf --backend B [--threads N] [--prompt-len P] [--gen G]\n"
+    "usage: tapdiff bench --model M.gguf --backend B [--threads N] [--prompt-len P | --prompt TEXT |\n"
+    "                     --prompt-file F] [--gen G]\n"
     "                     [--repeat R] [--json]\n"
     "       tapdiff bench --make-model OUT.gguf --type T [--size 200m|tiny]\n"
     "\n"
@@ -37,7 +38,10 @@ static const char *const bench_help =
     "  --backend B        a registered backend (cpu, llamacpp, ref32, ref, ...)\n"
     "  --threads N        backend threads (default 0: every core)\n"
     "  --profile P        arithmetic profile (cpu: native (default) or act-q8)\n"
-    "  --prompt-len P     prefill tokens (default 128)\n"
+    "  --prompt-len P     prefill tokens (default 128: ids spread over the vocabulary)\n"
+    "  --prompt TEXT      prefill this text instead, tokenized with the model's tokenizer\n"
+    "                     (P is then its token count)\n"
+    "  --prompt-file F    the same from a file, byte for byte\n"
     "  --gen G            decode steps (default 32)\n"
     "  --repeat R         timed runs (default 3)\n"
     "  --bw-mib N         bandwidth probe buffer in MiB (default 512)\n"
@@ -51,8 +55,10 @@ static const char *const bench_help =
 
 typedef struct bench_args {
     const char *model, *backend, *make_model, *type, *size, *profile;
+    const char *prompt_text, *prompt_file;
     long long threads, prompt, gen, repeat, bw_mib;
-    int json;
+    int json, prompt_len_given;
+    const int32_t *ids; /* the tokenized --prompt (then prompt = its count) */
 } bench_args;
 
 static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
@@ -91,8 +97,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         else if (!strcmp(arg, "--type")) a->type = val;
         else if (!strcmp(arg, "--size")) a->size = val;
         else if (!strcmp(arg, "--profile")) a->profile = val;
+        else if (!strcmp(arg, "--prompt")) a->prompt_text = val;
+        else if (!strcmp(arg, "--prompt-file")) a->prompt_file = val;
         else if (!strcmp(arg, "--threads")) num = &a->threads, lo = 0, hi = 4096;
-        else if (!strcmp(arg, "--prompt-len")) num = &a->prompt, lo = 1, hi = 1 << 20;
+        else if (!strcmp(arg, "--prompt-len")) num = &a->prompt, lo = 1, hi = 1 << 20, a->prompt_len_given = 1;
         else if (!strcmp(arg, "--gen")) num = &a->gen, lo = 0, hi = 1 << 20;
         else if (!strcmp(arg, "--repeat")) num = &a->repeat, lo = 1, hi = 1000;
         else if (!strcmp(arg, "--bw-mib")) num = &a->bw_mib, lo = 1, hi = 1 << 20;
@@ -106,6 +114,8 @@ static int parse_args(int argc, char **argv, bench_args *a) {
     }
     if (!a->model) return td_cli_failf(CMD, TD_EUSAGE, "--model is required (see tapdiff bench --help)");
     if (!a->backend) return td_cli_failf(CMD, TD_EUSAGE, "--backend is required (see tapdiff bench --help)");
+    if (!!a->prompt_len_given + !!a->prompt_text + !!a->prompt_file > 1)
+        return td_cli_failf(CMD, TD_EUSAGE, "give at most one of --prompt-len, --prompt and --prompt-file");
     return 0;
 }
 
@@ -175,7 +185,8 @@ static int run_bench(const bench_args *a, const td_backend_vt *vt, const td_mode
     snprintf(res->version, sizeof res->version, "%s", vt->version ? vt->version(be) : vt->name);
     int32_t *prompt = td_xmalloc((size_t)P * sizeof *prompt);
     // ids spread over the vocabulary, away from the first (special) ids
-    for (int64_t i = 0; i < P; i++) prompt[i] = (int32_t)(V > 16 ? 3 + (i * 7919) % (V - 3) : i % V);
+    for (int64_t i = 0; i < P; i++)
+        prompt[i] = a->ids ? a->ids[i] : (int32_t)(V > 16 ? 3 + (i * 7919) % (V - 3) : i % V);
     double *logits = td_xmalloc((size_t)(P > 1 ? P : 1) * (size_t)V * sizeof *logits);
     res->prefill_tps = res->decode_tps = 0;
     for (long long r = 0; r <= a->repeat && !rc; r++) { // run 0 is the warm-up (page faults, caches)
@@ -227,10 +238,23 @@ int td_cmd_bench(int argc, char **argv) {
     }
     td_err err = {{0}};
     td_model *m = NULL;
-    if ((rc = td_model_open(&m, a.model, &err))) return td_cli_fail(CMD, rc, &err);
+    char *prompt_text = NULL;
+    size_t prompt_len = 0;
+    int32_t *ids = NULL;
+    int64_t n_ids = 0;
+    if ((rc = td_cli_prompt(a.model, a.prompt_text, a.prompt_file, &prompt_text, &prompt_len, &ids, &n_ids, &err)))
+        return td_cli_fail(CMD, rc, &err);
+    free(prompt_text);
+    if (ids) a.ids = ids, a.prompt = n_ids;
+    if ((rc = td_model_open(&m, a.model, &err))) {
+        free(ids);
+        return td_cli_fail(CMD, rc, &err);
+    }
     bench_result r;
     memset(&r, 0, sizeof r);
     rc = run_bench(&a, vt, m, &r, &err);
+    free(ids);
+    a.ids = NULL;
     if (rc) {
         td_model_close(m);
         return td_cli_fail(CMD, rc, &err);

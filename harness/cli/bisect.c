@@ -21,7 +21,8 @@
 #include "runner.h"
 
 static const char *const bisect_help =
-    "usage: tapdiff bisect --model M.gguf --a ARM --b ARM (--tokens LIST | --tokens-file F)\n"
+    "usage: tapdiff bisect --model M.gguf --a ARM --b ARM (--tokens LIST | --tokens-file F |\n"
+    "                      --prompt TEXT | --prompt-file F)\n"
     "                      [--steps N] [--control-arm ARM|none] [--out-dir DIR] [--report DIR]\n"
     "                      [--control-profile P] [--k N] [--filter PATTERN] [--threads N]\n"
     "                      [--inject FAULT] [--json] [--quiet]\n"
@@ -32,6 +33,9 @@ static const char *const bisect_help =
     "budget of each tap is k times the control arm's error against A at that tap.\n"
     "\n"
     "  --a ARM, --b ARM     backends (ref, ref32, ...): A is the reference, B the candidate\n"
+    "  --prompt TEXT        the prompt as text, tokenized with the model's tokenizer; the\n"
+    "                       tap files record it (root attribute `prompt`)\n"
+    "  --prompt-file F      the same from a file, byte for byte\n"
     "  --control-arm ARM    the control arm (default: ref32 when A is ref, else none);\n"
     "                       none: the budget is the dtype floor only. When it is B's arm\n"
     "                       (and B has no --inject) B's tap file is reused: then r = 1/k at\n"
@@ -58,6 +62,8 @@ static const char *const bisect_help =
 
 typedef struct bisect_args {
     const char *model, *a, *b, *ctrl, *ctrl_profile, *tokens, *tokens_file, *out_dir, *report, *filter, *inject;
+    const char *prompt, *prompt_file;
+    const char *prompt_text; /* set once read: recorded in every arm's tap file */
     long long steps, threads;
     double k;
     int json, quiet;
@@ -123,6 +129,8 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         else if (!strcmp(arg, "--control-profile")) a->ctrl_profile = v;
         else if (!strcmp(arg, "--tokens")) a->tokens = v;
         else if (!strcmp(arg, "--tokens-file")) a->tokens_file = v;
+        else if (!strcmp(arg, "--prompt")) a->prompt = v;
+        else if (!strcmp(arg, "--prompt-file")) a->prompt_file = v;
         else if (!strcmp(arg, "--out-dir")) a->out_dir = v;
         else if (!strcmp(arg, "--report")) a->report = v;
         else if (!strcmp(arg, "--filter")) a->filter = v;
@@ -144,8 +152,8 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
     }
     if (!a->model || !a->a || !a->b)
         return td_cli_failf("bisect", TD_EUSAGE, "--model, --a and --b are required (see tapdiff bisect --help)");
-    if (!!a->tokens == !!a->tokens_file)
-        return td_cli_failf("bisect", TD_EUSAGE, "give exactly one of --tokens and --tokens-file");
+    if (!!a->tokens + !!a->tokens_file + !!a->prompt + !!a->prompt_file != 1)
+        return td_cli_failf("bisect", TD_EUSAGE, "give exactly one of --tokens, --tokens-file, --prompt and --prompt-file");
     if (!a->ctrl) a->ctrl = !strcmp(a->a, "ref") ? "ref32" : "none";
     const char *arms[3] = {a->a, a->b, strcmp(a->ctrl, "none") ? a->ctrl : NULL};
     for (int i = 0; i < 3; i++)
@@ -192,6 +200,7 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
     cfg.inject = inject;
     cfg.profile = profile;
     cfg.command_line = td_cli_command_line;
+    cfg.prompt_text = a->prompt_text;
     char label[64];
     snprintf(label, sizeof label, "bisect %s", backend);
     td_progress *p = a->quiet ? NULL : td_progress_begin(label, (long)(1 + a->steps));
@@ -218,6 +227,8 @@ int td_cmd_bisect(int argc, char **argv) {
     td_err err = {{0}};
     int32_t *prompt = NULL;
     int64_t n_prompt = 0;
+    char *prompt_text = NULL;
+    size_t prompt_len = 0;
     td_model *m = NULL;
     td_run_result ra = {0}, rb = {0}, rc_ = {0};
     td_cmp_result *cr = NULL;
@@ -231,6 +242,9 @@ int td_cmd_bisect(int argc, char **argv) {
         goto out;
     }
     if (a.tokens_file && (rc = td_read_token_text(a.tokens_file, &prompt, &n_prompt, &err))) goto out;
+    if ((rc = td_cli_prompt(a.model, a.prompt, a.prompt_file, &prompt_text, &prompt_len, &prompt, &n_prompt, &err)))
+        goto out;
+    a.prompt_text = prompt_text;
     if ((rc = td_mkdir_p(a.out_dir, &err))) goto out;
     if ((rc = td_model_open(&m, a.model, &err))) goto out;
 
@@ -296,6 +310,7 @@ out:
     td_run_result_free(&rc_);
     if (m) td_model_close(m);
     free(prompt);
+    free(prompt_text);
     free(pa);
     free(pb);
     free(pc);

@@ -6,6 +6,7 @@
 #ifndef TD_CLI_H
 #define TD_CLI_H
 
+#include <stdint.h>
 #include <stdio.h>
 
 #include "td_common.h"
@@ -19,6 +20,7 @@ int td_cmd_gate(int argc, char **argv);
 int td_cmd_golden(int argc, char **argv);
 int td_cmd_bench(int argc, char **argv);
 int td_cmd_audit(int argc, char **argv);
+int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_determinism(int argc, char **argv);
 
 /* The exact command line, for provenance attributes (set by main). */
@@ -32,6 +34,12 @@ int td_cli_failf(const char *cmd, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+
+/* --prompt TEXT / --prompt-file F (prompt.h): with either given, *text gets
+ * the prompt (malloc'd, *len bytes) and *ids its tokens under the model's
+ * tokenizer; with neither, *text is NULL and nothing else is touched. */
+int td_cli_prompt(const char *model, const char *text_opt, const char *file_opt, char **text, size_t *len,
+                  int32_t **ids, int64_t *n, td_err *err);
 
 /* Progress bar on stderr, shown only when stderr is a terminal or
  * TD_PROGRESS=1, and only once a task has run for more than a second. */

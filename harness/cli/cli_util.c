@@ -7,6 +7,7 @@
 #include <unistd.h>
 
 #include "cli.h"
+#include "prompt.h"
 
 const char *td_cli_command_line = "";
 
@@ -68,4 +69,21 @@ void td_progress_end(td_progress *p) {
     if (!p) return;
     if (p->shown) fputc('\n', stderr);
     free(p);
+}
+
+/* --prompt TEXT / --prompt-file F of run, bisect, golden and bench. */
+int td_cli_prompt(const char *model, const char *text_opt, const char *file_opt, char **text, size_t *len,
+                  int32_t **ids, int64_t *n, td_err *err) {
+    *text = NULL;
+    *len = 0;
+    if (!text_opt && !file_opt) return TD_OK;
+    int rc = TD_OK;
+    if (text_opt) *text = td_xstrdup(text_opt), *len = strlen(text_opt);
+    else if ((rc = td_prompt_read_file(file_opt, text, len, err))) return rc;
+    if ((rc = td_prompt_tokenize(model, *text, *len, ids, n, err))) {
+        free(*text);
+        *text = NULL;
+        *len = 0;
+    }
+    return rc;
 }

@@ -57,6 +57,7 @@ static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
 
 int td_cmd_golden(int argc, char **argv) {
     const char *model = NULL, *tokens = NULL, *tokens_file = NULL, *out = NULL, *fixture = NULL;
+    const char *prompt_opt = NULL, *prompt_file = NULL;
     long long steps = -1;
     int quiet = 0, logits_only = 0;
     td_args p;
@@ -83,6 +84,8 @@ int td_cmd_golden(int argc, char **argv) {
         if (!strcmp(a, "--model")) model = v;
         else if (!strcmp(a, "--tokens")) tokens = v;
         else if (!strcmp(a, "--tokens-file")) tokens_file = v;
+        else if (!strcmp(a, "--prompt")) prompt_opt = v;
+        else if (!strcmp(a, "--prompt-file")) prompt_file = v;
         else if (!strcmp(a, "--out")) out = v;
         else if (!strcmp(a, "--fixture")) fixture = v;
         else if (!strcmp(a, "--steps")) {
@@ -93,13 +96,15 @@ int td_cmd_golden(int argc, char **argv) {
     }
     if (!model || !out || steps < 0)
         return td_cli_failf("golden", TD_EUSAGE, "--model, --steps and --out are required (see tapdiff golden --help)");
-    if (!!tokens == !!tokens_file)
-        return td_cli_failf("golden", TD_EUSAGE, "give exactly one of --tokens and --tokens-file");
+    if (!!tokens + !!tokens_file + !!prompt_opt + !!prompt_file != 1)
+        return td_cli_failf("golden", TD_EUSAGE, "give exactly one of --tokens, --tokens-file, --prompt and --prompt-file");
 
     td_err err = {{0}};
     int rc;
     int32_t *prompt = NULL;
     int64_t n_prompt = 0;
+    char *prompt_text = NULL;
+    size_t prompt_len = 0;
     td_model *m = NULL;
     td_run_result ra = {0}, rb = {0};
     td_cmp_result *cr = NULL;
@@ -115,6 +120,8 @@ int td_cmd_golden(int argc, char **argv) {
         goto done;
     }
     if (tokens_file && (rc = td_read_token_text(tokens_file, &prompt, &n_prompt, &err))) goto done;
+    if ((rc = td_cli_prompt(model, prompt_opt, prompt_file, &prompt_text, &prompt_len, &prompt, &n_prompt, &err)))
+        goto done;
     if ((rc = td_sha256_file(model, sha, &err))) goto done;
     if ((rc = td_golden_fixture_of(model, sha, fixture, fix, sizeof fix, &err))) goto done;
     if ((rc = td_model_open(&m, model, &err))) goto done;
@@ -131,6 +138,7 @@ int td_cmd_golden(int argc, char **argv) {
     cfg.tap_mode = TD_TAP_FULL;
     cfg.tap_filter = TD_GOLDEN_DATA_TAPS;
     cfg.command_line = td_cli_command_line;
+    cfg.prompt_text = prompt_text;
     if ((rc = td_run(&cfg, &ra, &err))) goto done;
     cfg.backend = "ref32";
     cfg.decode = TD_DECODE_PINNED;
@@ -172,6 +180,7 @@ done:
     td_run_result_free(&rb);
     if (m) td_model_close(m);
     free(prompt);
+    free(prompt_text);
     free(calib);
     free(tmp);
     free(full);

@@ -7,11 +7,14 @@
 
 #include "args.h"
 #include "cli.h"
+#include "gguf.h"
 #include "runner.h"
 #include "selfcheck.h"
+#include "tokenizer.h"
 
 static const char *const run_help =
-    "usage: tapdiff run --model M.gguf --backend B (--tokens 1,2,3 | --tokens-file F) [options]\n"
+    "usage: tapdiff run --model M.gguf --backend B (--tokens 1,2,3 | --tokens-file F |\n"
+    "                   --prompt TEXT | --prompt-file F) [options]\n"
     "\n"
     "Runs backend B on model M: a prefill of the prompt tokens in one forward, then N\n"
     "decode steps of one token each. Prints the sampled ids (the argmax of each\n"
@@ -21,7 +24,12 @@ static const char *const run_help =
     "  --backend B          ref (f64 reference) | ref32 (the same code in f32)\n"
     "  --tokens LIST        prompt token ids, separated by commas or blanks\n"
     "  --tokens-file F      the same from a text file\n"
-    "  --steps N            decode steps after the prefill (default 16; with a pinned\n"
+    "  --prompt TEXT        the prompt as text, tokenized with the model's tokenizer (BOS/EOS\n"
+    "                       per the GGUF's flags, control tokens in the text parsed); the\n"
+    "                       output is then the prompt and the generated text, and the tap\n"
+    "                       file records the text (root attribute `prompt`)\n"
+    "  --prompt-file F      the same from a file, byte for byte\n"
+    "  --ids                with a text prompt, also print the prompt and sampled ids\n"    "  --steps N            decode steps after the prefill (default 16; with a pinned\n"
     "                       list and no --steps: as many as the list holds)\n"
     "  --decode MODE        greedy (default): feed back the argmax;\n"
     "                       pinned:FILE: feed the ids of FILE, a text list or a tap file\n"
@@ -51,8 +59,9 @@ static const char *const run_help =
 
 typedef struct run_args {
     const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out, *profile, *inject;
+    const char *prompt, *prompt_file;
     long long steps, threads, ctx;
-    int steps_given, quiet, check;
+    int steps_given, quiet, check, ids;
 } run_args;
 
 static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
@@ -86,6 +95,10 @@ static int parse_args(int argc, char **argv, run_args *a) {
             a->check = 1;
             continue;
         }
+        if (!strcmp(arg, "--ids")) {
+            a->ids = 1;
+            continue;
+        }
         const char *name = arg;
         const char *val = td_args_value(&p);
         if (!val) return TD_EUSAGE;
@@ -93,6 +106,8 @@ static int parse_args(int argc, char **argv, run_args *a) {
         else if (!strcmp(name, "--backend")) a->backend = val;
         else if (!strcmp(name, "--tokens")) a->tokens = val;
         else if (!strcmp(name, "--tokens-file")) a->tokens_file = val;
+        else if (!strcmp(name, "--prompt")) a->prompt = val;
+        else if (!strcmp(name, "--prompt-file")) a->prompt_file = val;
         else if (!strcmp(name, "--decode")) a->decode = val;
         else if (!strcmp(name, "--taps")) a->taps = val;
         else if (!strcmp(name, "--out")) a->out = val;
@@ -113,13 +128,15 @@ static int parse_args(int argc, char **argv, run_args *a) {
     }
     if (!a->model) return td_cli_failf("run", TD_EUSAGE, "--model is required (see tapdiff run --help)");
     if (!a->backend) return td_cli_failf("run", TD_EUSAGE, "--backend is required (see tapdiff run --help)");
-    if (a->tokens && a->tokens_file) return td_cli_failf("run", TD_EUSAGE, "give --tokens or --tokens-file, not both");
+    if (!!a->tokens + !!a->tokens_file + !!a->prompt + !!a->prompt_file > 1)
+        return td_cli_failf("run", TD_EUSAGE, "give one of --tokens, --tokens-file, --prompt and --prompt-file");
     if (a->decode && strcmp(a->decode, "greedy") && strncmp(a->decode, "pinned:", 7))
         return td_cli_failf("run", TD_EUSAGE, "--decode: expected greedy or pinned:FILE, got '%s'", a->decode);
     if (a->decode && !strncmp(a->decode, "pinned:", 7) && !a->decode[7])
         return td_cli_failf("run", TD_EUSAGE, "--decode pinned:FILE needs a file name");
-    if (!a->tokens && !a->tokens_file && !(a->decode && !strncmp(a->decode, "pinned:", 7)))
-        return td_cli_failf("run", TD_EUSAGE, "--tokens or --tokens-file is required (see tapdiff run --help)");
+    if (!a->tokens && !a->tokens_file && !a->prompt && !a->prompt_file && !(a->decode && !strncmp(a->decode, "pinned:", 7)))
+        return td_cli_failf("run", TD_EUSAGE,
+                            "--tokens, --tokens-file, --prompt or --prompt-file is required (see tapdiff run --help)");
     if (a->taps && strcmp(a->taps, "none") && !a->out)
         return td_cli_failf("run", TD_EUSAGE, "--taps %s needs --out FILE.h5", a->taps);
     if (a->out && a->taps && !strcmp(a->taps, "none"))
@@ -157,16 +174,35 @@ static void on_step(void *user, int64_t done, int64_t total) {
     td_progress_update((td_progress *)user, (long)done);
 }
 
+/* Prints the text of ids: the tokenizer's pieces through a streaming UTF-8
+ * decoder (a character split across tokens prints whole, never as U+FFFD);
+ * without a tokenizer, the vocab's own rendering of each piece. */
+static void print_text(const td_model *m, const td_tokenizer *t, const int32_t *ids, int64_t n) {
+    char piece[256];
+    if (!t) {
+        for (int64_t i = 0; i < n; i++) {
+            td_vocab_text(m, ids[i], piece, sizeof piece);
+            fputs(piece, stdout);
+        }
+        return;
+    }
+    td_utf8_stream st = TD_UTF8_STREAM_INIT;
+    char out[3 * (sizeof piece + 4)];
+    for (int64_t i = 0; i < n; i++) {
+        long pl = td_token_piece(t, ids[i], 0, piece, sizeof piece);
+        if (pl < 0) continue;
+        if (pl > (long)sizeof piece) pl = (long)sizeof piece; /* a piece longer than 256 bytes: its start */
+        fwrite(out, 1, td_utf8_stream_feed(&st, piece, (size_t)pl, out), stdout);
+    }
+    fwrite(out, 1, td_utf8_stream_flush(&st, out), stdout);
+}
+
 /* Prints the ids, then the concatenated text of their pieces. */
-static void print_tokens(const td_model *m, const char *label, const int32_t *ids, int64_t n) {
+static void print_tokens(const td_model *m, const td_tokenizer *t, const char *label, const int32_t *ids, int64_t n) {
     printf("%s:", label);
     for (int64_t i = 0; i < n; i++) printf(" %d", ids[i]);
     printf("\n%s text: ", label);
-    char piece[256];
-    for (int64_t i = 0; i < n; i++) {
-        td_vocab_text(m, ids[i], piece, sizeof piece);
-        fputs(piece, stdout);
-    }
+    print_text(m, t, ids, n);
     putchar('\n');
 }
 
@@ -189,6 +225,9 @@ int td_cmd_run(int argc, char **argv) {
     td_model *m = NULL;
     td_run_result res = {0};
     td_progress *prog = NULL;
+    td_tokenizer *tok = NULL;
+    char *prompt_text = NULL;
+    size_t prompt_len = 0;
     int check_rc = TD_OK;
 
     if (a.tokens && td_parse_token_list(a.tokens, "--tokens", &prompt, &n_prompt, &err)) {
@@ -196,6 +235,8 @@ int td_cmd_run(int argc, char **argv) {
         goto out;
     }
     if (a.tokens_file && (rc = td_read_token_text(a.tokens_file, &prompt, &n_prompt, &err))) goto out;
+    if ((rc = td_cli_prompt(a.model, a.prompt, a.prompt_file, &prompt_text, &prompt_len, &prompt, &n_prompt, &err)))
+        goto out;
 
     td_run_config cfg;
     td_run_config_init(&cfg);
@@ -238,6 +279,9 @@ int td_cmd_run(int argc, char **argv) {
     cfg.inject = a.inject;
     cfg.n_ctx = (uint32_t)a.ctx;
     cfg.command_line = td_cli_command_line;
+    cfg.prompt_text = prompt_text;
+    td_err terr = {{0}};
+    if (m->gguf && td_tokenizer_open(&tok, m->gguf, &terr) != TD_OK) tok = NULL; /* no tokenizer: the vocab renders */
     if (a.out && (!a.taps || strcmp(a.taps, "none"))) {
         cfg.tap_path = a.out;
         cfg.tap_mode = a.taps && !strcmp(a.taps, "fingerprint") ? TD_TAP_FINGERPRINT : TD_TAP_FULL;
@@ -253,9 +297,21 @@ int td_cmd_run(int argc, char **argv) {
     td_progress_end(prog);
     if (rc) goto out;
 
-    if (!a.quiet) {
-        if (cfg.decode == TD_DECODE_PINNED) print_tokens(m, "fed", res.fed, res.n_steps);
-        print_tokens(m, "sampled", res.sampled, res.n_forwards);
+    if (!a.quiet && prompt_text) {
+        if (a.ids) {
+            printf("prompt:");
+            for (int64_t i = 0; i < n_prompt; i++) printf(" %d", prompt[i]);
+            putchar('\n');
+            if (cfg.decode == TD_DECODE_PINNED) print_tokens(m, tok, "fed", res.fed, res.n_steps);
+            print_tokens(m, tok, "sampled", res.sampled, res.n_forwards);
+        }
+        /* the text as a reader wants it: the prompt, then what the model wrote */
+        fwrite(prompt_text, 1, prompt_len, stdout);
+        print_text(m, tok, res.sampled, res.n_forwards);
+        putchar('\n');
+    } else if (!a.quiet) {
+        if (cfg.decode == TD_DECODE_PINNED) print_tokens(m, tok, "fed", res.fed, res.n_steps);
+        print_tokens(m, tok, "sampled", res.sampled, res.n_forwards);
     }
     const double prefill_tps = res.prefill_s > 0 ? (double)n_prompt / res.prefill_s : 0;
     const double decode_tps = res.decode_s > 0 ? (double)res.n_steps / res.decode_s : 0;
@@ -267,6 +323,8 @@ int td_cmd_run(int argc, char **argv) {
     if (a.check) check_rc = run_check(&cfg, &res); // prints its own message
 
 out:
+    td_tokenizer_free(tok);
+    free(prompt_text);
     td_run_result_free(&res);
     if (m) td_model_close(m);
     free(prompt);
