@@ -4,6 +4,7 @@
  * is streamed in blocks of whole rows, so memory is a few blocks plus one
  * small record per compared tap, whatever the file sizes. */
 #include "compare.h"
+#include "catalog.h"
 #include "selfcheck.h"
 
 #include <fnmatch.h>
@@ -75,36 +76,6 @@ int td_cmp_filter_match(const char *filter, const char *name) {
 
 /* ------------------------------------------------------ producer map */
 
-// "@prev" = blk.(L-1).out, or inp.embd for layer 0. Each row: base name,
-// then up to 3 operands of up to 3 alternatives (first present wins).
-typedef struct producer {
-    const char *base;
-    const char *ops[3][3];
-} producer;
-
-static const producer producers[] = {
-    {"attn_norm", {{"@prev"}}},
-    {"attn_q", {{"attn_norm"}}},
-    {"attn_k", {{"attn_norm"}}},
-    {"attn_v", {{"attn_norm"}}},
-    {"attn_q_norm", {{"attn_q"}}},
-    {"attn_k_norm", {{"attn_k"}}},
-    {"attn_q_rope", {{"attn_q_norm", "attn_q"}}},
-    {"attn_k_rope", {{"attn_k_norm", "attn_k"}}},
-    {"attn_ctx", {{"attn_q_rope", "attn_q_norm", "attn_q"}, {"attn_k_rope", "attn_k_norm", "attn_k"}, {"attn_v"}}},
-    {"attn_out", {{"attn_ctx"}}},
-    {"ffn_inp", {{"attn_out"}, {"@prev"}}},
-    {"ffn_norm", {{"ffn_inp"}}},
-    {"ffn_gate", {{"ffn_norm"}}},
-    {"ffn_up", {{"ffn_norm"}}},
-    {"ffn_act", {{"ffn_gate"}, {"ffn_up"}}},
-    {"moe_logits", {{"ffn_norm"}}},
-    {"moe_probs", {{"moe_logits"}}},
-    {"moe_weights", {{"moe_probs"}}},
-    {"ffn_out", {{"ffn_act", "ffn_norm"}, {"moe_weights"}}},
-    {"out", {{"ffn_out"}, {"ffn_inp"}}},
-};
-
 // Parses "blk.<L>.<base>"; returns the base or NULL.
 static const char *blk_base(const char *name, long *layer) {
     if (strncmp(name, "blk.", 4) != 0) return NULL;
@@ -115,41 +86,9 @@ static const char *blk_base(const char *name, long *layer) {
     return end + 1;
 }
 
+// The producer graph is the tap catalog's (taps/catalog.c).
 int td_cmp_inputs(const char *name, char groups[][3][TD_TAP_NAME_MAX], int max_groups, int *wants_last_out) {
-    *wants_last_out = 0;
-    if (!strcmp(name, "out.norm")) {
-        *wants_last_out = 1;
-        return 0;
-    }
-    if (!strcmp(name, "out.logits")) {
-        if (max_groups < 1) return 0;
-        memset(groups[0], 0, sizeof groups[0]);
-        snprintf(groups[0][0], TD_TAP_NAME_MAX, "out.norm");
-        return 1;
-    }
-    long L;
-    const char *base = blk_base(name, &L);
-    if (!base) return 0;
-    for (size_t i = 0; i < sizeof producers / sizeof producers[0]; i++) {
-        if (strcmp(producers[i].base, base)) continue;
-        int n = 0;
-        for (int g = 0; g < 3 && producers[i].ops[g][0] && n < max_groups; g++, n++) {
-            memset(groups[n], 0, sizeof groups[n]);
-            for (int a = 0; a < 3 && producers[i].ops[g][a]; a++) {
-                const char *op = producers[i].ops[g][a];
-                if (!strcmp(op, "@prev")) {
-                    if (L == 0)
-                        snprintf(groups[n][a], TD_TAP_NAME_MAX, "inp.embd");
-                    else
-                        snprintf(groups[n][a], TD_TAP_NAME_MAX, "blk.%ld.out", L - 1);
-                } else {
-                    snprintf(groups[n][a], TD_TAP_NAME_MAX, "blk.%ld.%s", L, op);
-                }
-            }
-        }
-        return n;
-    }
-    return 0;
+    return td_tap_catalog_inputs(name, groups, max_groups, wants_last_out);
 }
 
 /* ---------------------------------------------------------------- arms */

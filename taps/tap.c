@@ -46,6 +46,8 @@
 // Chunks of about this size: whole rows where a row fits (the reader
 // streams by rows), inside HDF5's default 1 MiB chunk cache.
 #define CHUNK_TARGET_BYTES (256u * 1024u)
+// hist.tokens' window: the forwards' (backends/forward.h TD_HIST_W).
+#define HIST_W 16
 
 struct td_tap_sink {
     char *path;
@@ -65,6 +67,12 @@ struct td_tap_sink {
     int64_t seq;        // next sequence number
     int status;         // sticky first error (TD_OK while healthy)
     td_err err;
+    // td_tap_step_begin_tokens: the token history hist.tokens reports
+    int64_t next_pos;   // pos0 of a step begun without positions
+    int64_t hist[HIST_W];
+    int n_hist;
+    int hist_due;       // the open step was begun with its tokens
+    int hist_emitted;   // the engine emitted hist.tokens itself
 };
 
 /* ---------------------------------------------------------------- errors */
@@ -362,6 +370,9 @@ int td_tap_sink_attr_f64(td_tap_sink *s, const char *key, double value) {
 
 /* ----------------------------------------------------------------- steps */
 
+static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data,
+                 const td_fingerprint *pre, int ndim, const int64_t *shape);
+
 int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n_tokens, td_err *err) {
     if (!s) return TD_OK;
     if (s->status) return report(s, err);
@@ -389,6 +400,8 @@ int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n
     }
     s->step = g;
     s->step_taps = 0;
+    s->next_pos = pos0 + n_tokens;
+    s->hist_due = s->hist_emitted = 0;
     return TD_OK;
 h5fail:
     fail(s, TD_EINTERNAL, "tap file %s: cannot create step /steps/%s (%s)", s->path, name, td_taps_h5_last());
@@ -403,6 +416,11 @@ int td_tap_step_end(td_tap_sink *s, td_err *err) {
     if (s->step < 0) {
         fail(s, TD_EINPUT, "tap file %s: step_end without step_begin (the next step would be %s)", s->path, name);
         return report(s, err);
+    }
+    if (s->hist_due && !s->hist_emitted) {
+        const int64_t w = s->n_hist;
+        emit(s, -1, "hist.tokens", TD_DT_I64, s->hist, NULL, 1, &w);
+        if (s->status) return report(s, err);
     }
     int32_t one = 1;
     herr_t rc = attr_set(s->step, "n_taps", H5T_NATIVE_INT64, &s->step_taps);
@@ -460,9 +478,11 @@ static int32_t layer_of(const char *full) {
     return (*p == '.' && v <= INT32_MAX) ? (int32_t)v : -1;
 }
 
-// Checks the call, then writes the dataset; any failure becomes the sticky error.
-static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim,
-                 const int64_t *shape) {
+// Checks the call, then writes the dataset; any failure becomes the sticky
+// error. pre != NULL: a fingerprint computed by the caller (on its device),
+// data is then NULL and nothing but the fingerprint is stored.
+static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data,
+                 const td_fingerprint *pre, int ndim, const int64_t *shape) {
     char step[32], full[TD_TAP_NAME_MAX];
     step_name(step, s->step_index);
     if (!name) {
@@ -507,7 +527,13 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
         dims[d] = (hsize_t)shape[d];
         count *= (uint64_t)shape[d];
     }
-    if (!data && count > 0) {
+    if (pre && pre->count != count) {
+        fail(s, TD_EINPUT,
+             "tap file %s: step %s: tap '%s': the fingerprint counts %" PRIu64 " values, the shape %" PRIu64,
+             s->path, step, full, pre->count, count);
+        return;
+    }
+    if (!pre && !data && count > 0) {
         fail(s, TD_EINPUT, "tap file %s: step %s: tap '%s': NULL data for %" PRIu64 " values", s->path, step, full,
              count);
         return;
@@ -524,8 +550,11 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
     }
 
     td_fingerprint fp;
-    td_fingerprint_compute(&fp, dtype, data, count);
-    int has_data = s->mode == TD_TAP_FULL && filter_match(s, full);
+    if (pre)
+        fp = *pre;
+    else
+        td_fingerprint_compute(&fp, dtype, data, count);
+    int has_data = !pre && s->mode == TD_TAP_FULL && filter_match(s, full);
     int32_t layer_attr = layer >= 0 ? (int32_t)layer : layer_of(full);
 
     int ok = 0;
@@ -560,12 +589,36 @@ out:
     }
     s->seq++;
     s->step_taps++;
+    if (!strcmp(full, "hist.tokens")) s->hist_emitted = 1;
 }
 
 void td_tap_emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim,
                  const int64_t *shape) {
     if (!s || s->status) return;
-    emit(s, layer, name, dtype, data, ndim, shape);
+    emit(s, layer, name, dtype, data, NULL, ndim, shape);
+}
+
+void td_tap_emit_fingerprint(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const td_fingerprint *fp,
+                             int ndim, const int64_t *shape) {
+    if (!s || s->status) return;
+    if (!fp) {
+        fail(s, TD_EINPUT, "tap file %s: tap '%s': td_tap_emit_fingerprint without a fingerprint", s->path,
+             name ? name : "(null)");
+        return;
+    }
+    emit(s, layer, name, dtype, NULL, fp, ndim, shape);
+}
+
+td_tap_want_level td_tap_want(const td_tap_sink *s, int layer, const char *name) {
+    if (!s || s->status || s->step < 0 || !name) return TD_TAP_WANT_NONE;
+    if (s->mode != TD_TAP_FULL) return TD_TAP_WANT_FINGERPRINT;
+    if (s->n_patterns == 0) return TD_TAP_WANT_FULL;
+    char full[TD_TAP_NAME_MAX];
+    int len = layer >= 0 ? snprintf(full, sizeof full, "blk.%d.%s", layer, name)
+                         : snprintf(full, sizeof full, "%s", name);
+    // a name too long is refused by the emit that follows; asking for its data costs nothing then
+    if (len < 0 || (size_t)len >= sizeof full) return TD_TAP_WANT_FINGERPRINT;
+    return filter_match(s, full) ? TD_TAP_WANT_FULL : TD_TAP_WANT_FINGERPRINT;
 }
 
 int td_tap_sink_close(td_tap_sink *s, td_err *err) {
@@ -579,4 +632,85 @@ int td_tap_sink_close(td_tap_sink *s, td_err *err) {
     int st = report(s, err);
     sink_free(s);
     return st;
+}
+
+/* ------------------------------------------------------ engine helpers */
+
+int td_tap_sink_open_env(td_tap_sink **out, const char *path, td_err *err) {
+    TD_ASSERT(out != NULL);
+    *out = NULL;
+    if (!path || !*path) path = getenv("TAPDIFF_TAPS");
+    if (!path || !*path) return TD_OK; // taps off
+    td_tap_options o = td_tap_options_default();
+    const char *mode = getenv("TAPDIFF_TAP_MODE");
+    if (mode && *mode && strcmp(mode, "full") != 0) {
+        if (strcmp(mode, "fingerprint") != 0)
+            return td_err_set(err, TD_EINPUT, "TAPDIFF_TAP_MODE is '%s': expected full or fingerprint", mode);
+        o.mode = TD_TAP_FINGERPRINT;
+    }
+    o.filter = getenv("TAPDIFF_TAP_FILTER");
+    int rc = td_tap_sink_open(out, path, &o, err);
+    if (rc) return rc;
+    const char *decode = getenv("TAPDIFF_DECODE");
+    if (decode && *decode && (rc = td_tap_sink_attr_str(*out, "decode", decode))) {
+        report(*out, err);
+        td_tap_sink_close(*out, NULL);
+        *out = NULL;
+    }
+    return rc;
+}
+
+int td_tap_sink_provenance(td_tap_sink *s, const char *model_path, const char *arch, const char *backend,
+                           const char *backend_version, const char *precision, td_err *err) {
+    if (!s) return TD_OK;
+    if (s->status) return report(s, err);
+    if (!model_path || !arch || !backend) {
+        fail(s, TD_EINPUT, "tap file %s: provenance needs the model path, the architecture and the backend name",
+             s->path);
+        return report(s, err);
+    }
+    char sha[65];
+    td_err e = {{0}};
+    if (td_sha256_file(model_path, sha, &e)) {
+        fail(s, TD_EINPUT, "tap file %s: model_sha256: %s", s->path, e.msg);
+        return report(s, err);
+    }
+    td_tap_sink_attr_str(s, "model", model_path);
+    td_tap_sink_attr_str(s, "model_sha256", sha);
+    td_tap_sink_attr_str(s, "arch", arch);
+    td_tap_sink_attr_str(s, "backend", backend);
+    if (backend_version) td_tap_sink_attr_str(s, "backend_version", backend_version);
+    if (precision) td_tap_sink_attr_str(s, "precision", precision);
+    return report(s, err);
+}
+
+int td_tap_step_begin_tokens(td_tap_sink *s, const int32_t *tokens, const int32_t *pos, int64_t n, td_err *err) {
+    if (!s) return TD_OK;
+    if (s->status) return report(s, err);
+    if (!tokens || n < 1 || n > INT32_MAX) {
+        fail(s, TD_EINPUT, "tap file %s: step_begin_tokens needs 1 or more tokens (got %" PRId64 "%s)", s->path, n,
+             tokens ? "" : ", NULL");
+        return report(s, err);
+    }
+    int64_t pos0 = pos ? pos[0] : s->next_pos;
+    int rc = td_tap_step_begin(s, s->step_index == 0 ? TD_STEP_PREFILL : TD_STEP_DECODE, pos0, n, err);
+    if (rc) return rc;
+    const int64_t shape[1] = {n};
+    int32_t *p = NULL;
+    if (!pos) {
+        p = td_xmalloc((size_t)n * sizeof *p);
+        for (int64_t i = 0; i < n; i++) p[i] = (int32_t)(pos0 + i);
+    }
+    emit(s, -1, "inp.tokens", TD_DT_I32, tokens, NULL, 1, shape);
+    if (!s->status) emit(s, -1, "inp.pos", TD_DT_I32, pos ? pos : p, NULL, 1, shape);
+    free(p);
+    for (int64_t i = 0; i < n; i++) {
+        if (s->n_hist == HIST_W) {
+            memmove(s->hist, s->hist + 1, (HIST_W - 1) * sizeof s->hist[0]);
+            s->n_hist--;
+        }
+        s->hist[s->n_hist++] = tokens[i];
+    }
+    s->hist_due = 1;
+    return report(s, err);
 }

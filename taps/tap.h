@@ -25,6 +25,16 @@
 extern "C" {
 #endif
 
+/* The installed library (libtapdiff-taps, `pkg-config tapdiff-taps`) exports
+ * exactly the functions marked TD_TAP_API; its ABI is C and versioned by the
+ * soname (libtapdiff-taps.so.TD_TAP_ABI_VERSION). */
+#define TD_TAP_ABI_VERSION 1
+#if defined(__GNUC__) || defined(__clang__)
+#define TD_TAP_API __attribute__((visibility("default")))
+#else
+#define TD_TAP_API
+#endif
+
 #ifndef TD_ERR_DEFINED
 #define TD_ERR_DEFINED
 /* also declared, identically, by taps/tap.h */
@@ -90,27 +100,54 @@ typedef struct td_tap_options {
 typedef struct td_tap_sink td_tap_sink;
 
 /* mode = TD_TAP_FULL, filter = NULL (every tap), compress = 4. */
-td_tap_options td_tap_options_default(void);
+TD_TAP_API td_tap_options td_tap_options_default(void);
 
 /* Creates (truncates) the file; opt NULL = defaults. Returns 0 or a non-zero
  * status (3 bad input, 99 I/O) with a message in err.
  * Every function below accepts sink == NULL (taps off) and then does nothing
  * and returns 0. A sink is used from one thread (serial HDF5). */
-int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *opt, td_err *err);
+TD_TAP_API int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *opt, td_err *err);
 /* Root attributes (provenance), scalar; a key set twice keeps the last value.
  * The keys written by the sink itself (format, format_version, created,
  * tap_mode, tap_filter) are refused. Errors are sticky (see td_tap_emit) and
  * also returned. Best called before the first step; allowed at any time
  * (durable at the next step_end or close). */
-int td_tap_sink_attr_str(td_tap_sink *s, const char *key, const char *value);
-int td_tap_sink_attr_i64(td_tap_sink *s, const char *key, int64_t value);
-int td_tap_sink_attr_f64(td_tap_sink *s, const char *key, double value);
+TD_TAP_API int td_tap_sink_attr_str(td_tap_sink *s, const char *key, const char *value);
+TD_TAP_API int td_tap_sink_attr_i64(td_tap_sink *s, const char *key, int64_t value);
+TD_TAP_API int td_tap_sink_attr_f64(td_tap_sink *s, const char *key, double value);
+
+/* ---- For an engine author ------------------------------------------------
+ * Opens the sink the environment names (the external-arm contract of
+ * `tapdiff bisect --b exec:PROGRAM`, README "Bring your own engine"):
+ *   path     the argument, else $TAPDIFF_TAPS; neither (or "") = taps off:
+ *            *out = NULL and 0 is returned, so every later call is a no-op;
+ *   mode     $TAPDIFF_TAP_MODE "full" (default) or "fingerprint";
+ *   filter   $TAPDIFF_TAP_FILTER (td_tap_options.filter);
+ *   decode   $TAPDIFF_DECODE, recorded as the root attribute "decode".
+ * Returns 0 or a status with a message (3 for a bad mode). */
+TD_TAP_API int td_tap_sink_open_env(td_tap_sink **out, const char *path, td_err *err);
+
+/* Provenance compare checks: model_sha256 (computed here from the file: two
+ * arms of different model files are refused), model, arch ("llama", ...),
+ * backend (the engine's name) and, when not NULL, backend_version and
+ * precision ("f32", "f16", ...). Call once, before the first step. */
+TD_TAP_API int td_tap_sink_provenance(td_tap_sink *s, const char *model_path, const char *arch,
+                                      const char *backend, const char *backend_version, const char *precision,
+                                      td_err *err);
+
+/* Begins a step that consumes tokens[0..n) at positions pos[0..n) (pos NULL:
+ * pos0, pos0+1, ... with pos0 = 0 for the first step, else the end of the
+ * previous one) and emits the taps inp.tokens and inp.pos. The prefill is the
+ * first step; later ones are decode steps. td_tap_step_end then also emits
+ * hist.tokens (the last 16 ids consumed) unless the engine emitted it. */
+TD_TAP_API int td_tap_step_begin_tokens(td_tap_sink *s, const int32_t *tokens, const int32_t *pos, int64_t n,
+                                        td_err *err);
 
 /* Steps are numbered from 0 in call order; pos0 >= 0, n_tokens >= 1. */
-int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n_tokens, td_err *err);
+TD_TAP_API int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n_tokens, td_err *err);
 /* Marks the step complete and commits the file: after it returns 0 the step
  * (and every earlier one) survives a SIGKILL of the process. */
-int td_tap_step_end(td_tap_sink *s, td_err *err);
+TD_TAP_API int td_tap_step_end(td_tap_sink *s, td_err *err);
 
 /* Emits one tap of the current step. The data is read during the call only.
  * layer >= 0 names it "blk.<layer>.<name>", layer < 0 "<name>" (its layer
@@ -122,15 +159,56 @@ int td_tap_step_end(td_tap_sink *s, td_err *err);
  * (step_begin/step_end/attr/close); after it nothing more is written, and
  * the file keeps the steps completed before it (an engine's forward need not
  * check every tap). */
-void td_tap_emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim, const int64_t *shape);
+TD_TAP_API void td_tap_emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim, const int64_t *shape);
 
 /* Closes and frees the sink (always, even on error). A step begun and not
  * ended stays in the file with complete = 0, which readers ignore; that is
  * not an error by itself (error paths close mid-step). Returns the sticky
  * error if any, else the status of closing the file. */
-int td_tap_sink_close(td_tap_sink *s, td_err *err);
+TD_TAP_API int td_tap_sink_close(td_tap_sink *s, td_err *err);
 
-void td_fingerprint_compute(td_fingerprint *fp, td_dtype dtype, const void *data, uint64_t count);
+TD_TAP_API void td_fingerprint_compute(td_fingerprint *fp, td_dtype dtype, const void *data, uint64_t count);
+
+/* ---- Device-aware taps ------------------------------------------------
+ * A backend whose tensors live on a device (CUDA, Metal, Vulkan) asks, per
+ * tap, what the sink will keep, and moves only that to the host:
+ *
+ *   switch (TD_TAP_WANT(sink, l, "attn_q")) {
+ *   case TD_TAP_WANT_NONE: break;                      // taps off: one branch
+ *   case TD_TAP_WANT_FINGERPRINT:                      // 80 bytes cross
+ *       my_device_fingerprint(&fp, d_q, n);             // same definition as td_fingerprint
+ *       td_tap_emit_fingerprint(sink, l, "attn_q", TD_DT_F32, &fp, 2, shape);
+ *       break;
+ *   case TD_TAP_WANT_FULL:                             // the data crosses
+ *       copy_to_host(h_q, d_q, n);
+ *       td_tap_emit(sink, l, "attn_q", TD_DT_F32, h_q, 2, shape);
+ *   }
+ *
+ * FULL: the sink stores the values (full mode and the filter selects the
+ * name); FINGERPRINT: it stores only a fingerprint (fingerprint mode, or not
+ * selected); NONE: taps are off (sink NULL), the sink holds a sticky error,
+ * or no step is open: emit nothing. A tap never changes what the arm
+ * computes: the device must not synchronize or reorder work for a tap it
+ * does not emit. */
+typedef enum td_tap_want_level {
+    TD_TAP_WANT_NONE = 0,
+    TD_TAP_WANT_FINGERPRINT = 1,
+    TD_TAP_WANT_FULL = 2,
+} td_tap_want_level;
+
+/* What the sink keeps of tap (layer, name) of the open step (names as in
+ * td_tap_emit). Cheap (a filter match at most), no side effect. */
+TD_TAP_API td_tap_want_level td_tap_want(const td_tap_sink *s, int layer, const char *name);
+
+/* Emits one tap as a fingerprint computed by the caller (on its device):
+ * stored exactly like a fingerprint-only tap (has_data = 0), with the same
+ * checks as td_tap_emit; fp->count must equal the product of the shape.
+ * The fingerprint's definition is td_fingerprint's: min/max/max_abs and the
+ * sums over the finite values, first[] the first four values in row-major
+ * order. A device may sum in another order than index order: its sums then
+ * differ from the host's in the last bits, which is all a fingerprint may. */
+TD_TAP_API void td_tap_emit_fingerprint(td_tap_sink *s, int layer, const char *name, td_dtype dtype,
+                             const td_fingerprint *fp, int ndim, const int64_t *shape);
 
 #if defined(__GNUC__) || defined(__clang__)
 #define TD_TAP_UNLIKELY_(c) __builtin_expect(!!(c), 0)
@@ -143,6 +221,10 @@ void td_fingerprint_compute(td_fingerprint *fp, td_dtype dtype, const void *data
         if (TD_TAP_UNLIKELY_((sink) != NULL))                                   \
             td_tap_emit((sink), (layer), (name), (dtype), (data), (ndim), (shape)); \
     } while (0)
+
+/* Taps off: one branch, TD_TAP_WANT_NONE without evaluating layer or name. */
+#define TD_TAP_WANT(sink, layer, name)                                          \
+    (TD_TAP_UNLIKELY_((sink) != NULL) ? td_tap_want((sink), (layer), (name)) : TD_TAP_WANT_NONE)
 
 #ifdef __cplusplus
 }

@@ -193,6 +193,15 @@ static const node_rule rules[] = {
     {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
 };
 
+const char *td_llamacpp_mapped_tap(size_t i, char *buf, size_t cap) {
+    // the rules, then the unnamed output projection recognised by its weight
+    size_t n = sizeof rules / sizeof rules[0];
+    if (i > n) return NULL;
+    const char *tap = i < n ? rules[i].tap : "attn_out";
+    snprintf(buf, cap, "%s%s", (i == n || rules[i].layered) ? "blk.L." : "", tap);
+    return buf;
+}
+
 /* Splits "name-12" into ("name", 12); layer -1 when there is no "-<digits>"
  * suffix. base must hold GGML_MAX_NAME bytes. */
 static int split_layer(const char *name, char *base) {

@@ -41,6 +41,10 @@ int td_llamacpp_init(td_err *err);
 
 /* The CPU variant pinned by td_llamacpp_init ("haswell", ...), NULL before. */
 const char *td_llamacpp_cpu_variant(void);
+/* The canonical taps the node rules map to ("blk.L.attn_q" for a layered
+ * rule), i-th of them, NULL past the end: the test checks each is in the
+ * tap catalog. */
+const char *td_llamacpp_mapped_tap(size_t i, char *buf, size_t cap);
 
 #ifdef __cplusplus
 }

@@ -17,6 +17,7 @@
 #include "cli.h"
 #include "faults.h"
 #include "compare.h"
+#include "extarm.h"
 #include "report.h"
 #include "runner.h"
 
@@ -32,7 +33,9 @@ static const char *const bisect_help =
     "control arm pinned to the tokens A consumed, and compares B against A tap by tap. The\n"
     "budget of each tap is k times the control arm's error against A at that tap.\n"
     "\n"
-    "  --a ARM, --b ARM     backends (ref, ref32, ...): A is the reference, B the candidate\n"
+    "  --a ARM, --b ARM     backends (ref, ref32, ...): A is the reference, B the candidate;\n"
+    "                       exec:PROGRAM runs any program as the arm (README \"Bring your own\n"
+    "                       engine\": TAPDIFF_* environment variables in, a tap file out)\n"
     "  --prompt TEXT        the prompt as text, tokenized with the model's tokenizer; the\n"
     "                       tap files record it (root attribute `prompt`)\n"
     "  --prompt-file F      the same from a file, byte for byte\n"
@@ -55,9 +58,12 @@ static const char *const bisect_help =
     "                       and step, the bug, where it shows, the backends implementing it\n"
     "  --json               print the comparison's JSON instead of the text verdict\n"
     "\n"
-    "exit: 0 conformant, 1 divergent, 2 usage (or an unknown backend, or a fault B does\n"
-    "      not implement), 3 bad model/tokens,\n"
-    "      77 a backend tapdiff knows (cpu cuda metal llamacpp) is not built here,\n"
+    "exit: 0 conformant, 1 divergent, 2 usage (or an unknown backend, a fault B does not\n"
+    "      implement, or an exec: program not found / not executable), 3 bad model/tokens\n"
+    "      (or an exec: arm that failed, crashed, wrote no tap file, another model's, other\n"
+    "      tokens or fewer steps),\n"
+    "      77 a backend tapdiff knows (cpu cuda metal llamacpp) is not built here (or an\n"
+    "      exec: arm exited 77),\n"
     "      99 internal error\n";
 
 typedef struct bisect_args {
@@ -156,8 +162,12 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         return td_cli_failf("bisect", TD_EUSAGE, "give exactly one of --tokens, --tokens-file, --prompt and --prompt-file");
     if (!a->ctrl) a->ctrl = !strcmp(a->a, "ref") ? "ref32" : "none";
     const char *arms[3] = {a->a, a->b, strcmp(a->ctrl, "none") ? a->ctrl : NULL};
+    if (arms[2] && td_extarm_is(arms[2]))
+        return td_cli_failf("bisect", TD_EUSAGE, "the control arm must be a built-in backend, not %s", arms[2]);
+    if (a->inject && td_extarm_is(a->b))
+        return td_cli_failf("bisect", TD_EUSAGE, "--inject needs a built-in backend as B, not %s", a->b);
     for (int i = 0; i < 3; i++)
-        if (arms[i] && !td_backend_find(arms[i])) {
+        if (arms[i] && !td_extarm_is(arms[i]) && !td_backend_find(arms[i])) {
             char names[256];
             td_backend_names(names, sizeof names);
             const char *absent = td_backend_absent_reason(arms[i]);
@@ -167,7 +177,8 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
     if (!arms[2] && a->ctrl_profile)
         return td_cli_failf("bisect", TD_EUSAGE, "--control-profile needs a control arm (--control-arm is none)");
     if (!a->ctrl_profile) { // B's declared arithmetic, so the budget compares like with like
-        const char *declared = td_backend_find(a->b)->profile;
+        // an external arm declares nothing: native
+        const char *declared = td_extarm_is(a->b) ? NULL : td_backend_find(a->b)->profile;
         a->ctrl_profile = declared ? declared : "native";
     }
     return 0;
@@ -214,8 +225,39 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
 static char *join(const char *dir, const char *prefix, const char *arm) {
     size_t n = strlen(dir) + strlen(prefix) + strlen(arm) + 8;
     char *s = td_xmalloc(n);
-    snprintf(s, n, "%s/%s%s.h5", dir, prefix, arm);
+    if (td_extarm_is(arm)) { // "exec:./bin/eng --x" -> "exec-eng": a file name
+        const char *prog = arm + strlen(TD_EXTARM_PREFIX);
+        size_t len = strcspn(prog, " \t");
+        const char *base = prog;
+        for (size_t i = 0; i < len; i++)
+            if (prog[i] == '/') base = prog + i + 1;
+        int blen = (int)(prog + len - base);
+        snprintf(s, n, "%s/%sexec-%.*s.h5", dir, prefix, blen, base);
+    } else {
+        snprintf(s, n, "%s/%s%s.h5", dir, prefix, arm);
+    }
     return s;
+}
+
+/* An external arm: greedy when pinned == NULL. *fed gets its decode tokens. */
+static int run_ext(const bisect_args *a, const char *spec, const char *path, const int32_t *prompt, int64_t n_prompt,
+                   const int32_t *pinned, int32_t **fed, td_err *err) {
+    size_t n = strlen(path) + 16;
+    char *pinned_path = td_xmalloc(n);
+    snprintf(pinned_path, n, "%s.pinned.txt", path);
+    td_extarm_config c = {.spec = spec,
+                          .model_path = a->model,
+                          .prompt = prompt,
+                          .n_prompt = n_prompt,
+                          .n_steps = a->steps,
+                          .pinned = pinned,
+                          .pinned_path = pinned_path,
+                          .tap_path = path,
+                          .threads = (int)a->threads};
+    if (!a->quiet) fprintf(stderr, "bisect: running %s\n", spec);
+    int rc = td_extarm_run(&c, fed, err);
+    free(pinned_path);
+    return rc;
 }
 
 int td_cmd_bisect(int argc, char **argv) {
@@ -231,6 +273,7 @@ int td_cmd_bisect(int argc, char **argv) {
     size_t prompt_len = 0;
     td_model *m = NULL;
     td_run_result ra = {0}, rb = {0}, rc_ = {0};
+    int32_t *a_fed = NULL; // an external A's decode tokens
     td_cmp_result *cr = NULL;
     char *pa = join(a.out_dir, "A-", a.a), *pb = join(a.out_dir, "B-", a.b), *pc = NULL, *rep = NULL;
     int ctrl = strcmp(a.ctrl, "none") != 0;
@@ -248,10 +291,19 @@ int td_cmd_bisect(int argc, char **argv) {
     if ((rc = td_mkdir_p(a.out_dir, &err))) goto out;
     if ((rc = td_model_open(&m, a.model, &err))) goto out;
 
-    if ((rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, NULL, &ra, &err))) goto out;
-    if ((rc = run_arm(&a, m, a.b, pb, prompt, n_prompt, ra.fed, a.inject, NULL, &rb, &err))) goto out;
+    if (td_extarm_is(a.a)) {
+        if ((rc = run_ext(&a, a.a, pa, prompt, n_prompt, NULL, &a_fed, &err))) goto out;
+    } else {
+        if ((rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, NULL, &ra, &err))) goto out;
+    }
+    const int32_t *fed = a_fed ? a_fed : ra.fed;
+    if (td_extarm_is(a.b)) {
+        if ((rc = run_ext(&a, a.b, pb, prompt, n_prompt, fed, NULL, &err))) goto out;
+    } else {
+        if ((rc = run_arm(&a, m, a.b, pb, prompt, n_prompt, fed, a.inject, NULL, &rb, &err))) goto out;
+    }
     if (ctrl && !reuse_b &&
-        (rc = run_arm(&a, m, a.ctrl, pc, prompt, n_prompt, ra.fed, NULL, a.ctrl_profile, &rc_, &err)))
+        (rc = run_arm(&a, m, a.ctrl, pc, prompt, n_prompt, fed, NULL, a.ctrl_profile, &rc_, &err)))
         goto out;
 
     td_cmp_options o = td_cmp_options_default();
@@ -263,7 +315,8 @@ int td_cmd_bisect(int argc, char **argv) {
     o.allow_token_mismatch = 1;
     if ((rc = td_compare(pa, pb, &o, &cr, &err))) goto out;
     char ctrl_line[256];
-    const char *declared = td_backend_find(a.b)->profile ? td_backend_find(a.b)->profile : "native";
+    const char *declared =
+        !td_extarm_is(a.b) && td_backend_find(a.b)->profile ? td_backend_find(a.b)->profile : "native";
     if (!ctrl)
         snprintf(ctrl_line, sizeof ctrl_line, "control: none (budget: the dtype floor)");
     else if (reuse_b)
@@ -308,6 +361,7 @@ out:
     td_run_result_free(&ra);
     td_run_result_free(&rb);
     td_run_result_free(&rc_);
+    free(a_fed);
     if (m) td_model_close(m);
     free(prompt);
     free(prompt_text);

@@ -22,6 +22,7 @@ int td_cmd_bench(int argc, char **argv);
 int td_cmd_audit(int argc, char **argv);
 int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_determinism(int argc, char **argv);
+int td_cmd_taps(int argc, char **argv);
 
 /* The exact command line, for provenance attributes (set by main). */
 extern const char *td_cli_command_line;

@@ -22,6 +22,7 @@ static const subcommand commands[] = {
     {"golden", td_cmd_golden, "(re)generate a golden file from the reference"},
     {"bench", td_cmd_bench, "prefill/decode throughput of a backend, and the memory-bandwidth bound"},
     {"audit", td_cmd_audit, "MoE router tie audit of one tap file, or selection disagreements of two"},
+    {"taps", td_cmd_taps, "the tap catalog: names, dtypes and shapes an engine emits per architecture"},
     {"tokenize", td_cmd_tokenize, "text -> token ids and pieces with the model's own tokenizer"},
     {"determinism", td_cmd_determinism, "run one arm N times on the same tokens; nondeterministic if any tap differs"},
 };

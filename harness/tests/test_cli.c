@@ -83,7 +83,7 @@ Test(cli, options_take_equals_form_everywhere) {
 }
 
 Test(cli, unknown_option_reads_the_same_in_every_verb) {
-    static const char *const verbs[] = {"inspect", "fixture", "run", "compare", "bisect", "gate", "golden", "bench", "audit"};
+    static const char *const verbs[] = {"inspect", "fixture", "run", "compare", "bisect", "gate", "golden", "bench", "audit", "taps"};
     for (size_t i = 0; i < sizeof verbs / sizeof verbs[0]; i++) {
         char args[256], want[256];
         snprintf(args, sizeof args, "%s --no-such-option=1", verbs[i]);

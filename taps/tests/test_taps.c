@@ -819,3 +819,164 @@ Test(taps, h5py_reads_the_same) {
     cr_expect(saw_gzip);
     td_tapfile_close(f);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Device-aware taps                                                          */
+
+// The sample written the way a device backend does: it asks what the sink
+// keeps, copies data only for FULL, and hands FINGERPRINT taps a fingerprint
+// of its own (here the table's, worked out by hand: not td_fingerprint_compute).
+static void write_sample_device(const char *path, td_tap_mode mode, const char *filter, int *n_full) {
+    sample_init();
+    td_err err = {{0}};
+    td_tap_options o = td_tap_options_default();
+    o.mode = mode;
+    o.filter = filter;
+    td_tap_sink *s = NULL;
+    cr_assert_eq(td_tap_sink_open(&s, path, &o, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_sink_attr_str(s, "backend", "unit-test-2"), TD_OK);
+    cr_assert_eq(td_tap_sink_attr_i64(s, "threads", 4), TD_OK);
+    cr_assert_eq(td_tap_sink_attr_f64(s, "temperature", 0.5), TD_OK);
+    cr_assert_eq(TD_TAP_WANT(s, 0, "attn_q"), TD_TAP_WANT_NONE, "no step is open: nothing is wanted");
+    *n_full = 0;
+    int k = 0;
+    for (int step = 0; step < sample_steps; step++) {
+        cr_assert_eq(td_tap_step_begin(s, step == 0 ? TD_STEP_PREFILL : TD_STEP_DECODE, step_pos0[step],
+                                       step_ntok[step], &err),
+                     TD_OK, "%s", err.msg);
+        for (; k < N_SAMPLE && sample[k].step == step; k++) {
+            const sample_tap *t = &sample[k];
+            switch (TD_TAP_WANT(s, t->layer, t->name)) {
+            case TD_TAP_WANT_NONE: cr_assert_fail("%s: a sink in a step wants at least the fingerprint", t->full); break;
+            case TD_TAP_WANT_FINGERPRINT:
+                td_tap_emit_fingerprint(s, t->layer, t->name, t->dt, &t->fp, t->ndim, t->shape);
+                break;
+            case TD_TAP_WANT_FULL:
+                (*n_full)++;
+                td_tap_emit(s, t->layer, t->name, t->dt, t->data, t->ndim, t->shape);
+                break;
+            }
+        }
+        cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+    }
+    cr_assert_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+}
+
+Test(taps, device_path_writes_what_the_host_path_writes) {
+    const char *a = tmp_path("dev_full.h5"), *b = tmp_path("dev_filtered.h5"), *c = tmp_path("dev_fp.h5");
+    int n_full;
+    write_sample_device(a, TD_TAP_FULL, NULL, &n_full);
+    cr_expect_eq(n_full, N_SAMPLE, "full mode without a filter wants every tap's data");
+    check_sample(a, TD_TAP_FULL, 0, "");
+    write_sample_device(b, TD_TAP_FULL, SAMPLE_FILTER, &n_full);
+    int in_filter = 0;
+    for (int k = 0; k < N_SAMPLE; k++) in_filter += sample[k].in_filter;
+    cr_expect_eq(n_full, in_filter, "only the filtered taps' data is wanted");
+    check_sample(b, TD_TAP_FULL, 1, SAMPLE_FILTER);
+    write_sample_device(c, TD_TAP_FINGERPRINT, "out.*", &n_full);
+    cr_expect_eq(n_full, 0, "fingerprint mode wants no data");
+    check_sample(c, TD_TAP_FINGERPRINT, 0, "out.*");
+}
+
+Test(taps, want_is_none_when_off_or_failed) {
+    cr_assert_eq(TD_TAP_WANT((td_tap_sink *)NULL, 0, "attn_q"), TD_TAP_WANT_NONE);
+    cr_assert_eq(td_tap_want(NULL, -1, "out.logits"), TD_TAP_WANT_NONE);
+    td_err err = {{0}};
+    td_tap_sink *s = NULL;
+    cr_assert_eq(td_tap_sink_open(&s, tmp_path("want.h5"), NULL, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_step_begin(s, TD_STEP_PREFILL, 0, 2, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_want(s, 3, "attn_q"), TD_TAP_WANT_FULL);
+    // a fingerprint whose count is not the shape's is refused, and sticks
+    td_fingerprint fp;
+    const float x[4] = {1, 2, 3, 4};
+    td_fingerprint_compute(&fp, TD_DT_F32, x, 4);
+    const int64_t shape[2] = {2, 3};
+    td_tap_emit_fingerprint(s, 3, "attn_q", TD_DT_F32, &fp, 2, shape);
+    cr_assert_eq(td_tap_want(s, 3, "attn_k"), TD_TAP_WANT_NONE, "after an error nothing is wanted");
+    cr_assert_eq(td_tap_step_end(s, &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "fingerprint counts 4 values, the shape 6") != NULL, "%s", err.msg);
+    cr_assert_eq(td_tap_sink_close(s, &err), TD_EINPUT);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Engine helpers: the sink from the environment, provenance, token steps     */
+
+Test(taps, engine_helpers_write_inputs_history_and_provenance) {
+    td_err err = {{0}};
+    td_tap_sink *s = (td_tap_sink *)1;
+    unsetenv("TAPDIFF_TAPS");
+    cr_assert_eq(td_tap_sink_open_env(&s, NULL, &err), TD_OK);
+    cr_assert_null(s, "no path anywhere: taps off");
+    setenv("TAPDIFF_TAP_MODE", "bogus", 1);
+    cr_assert_eq(td_tap_sink_open_env(&s, tmp_path("x.h5"), &err), TD_EINPUT);
+    cr_expect(strstr(err.msg, "TAPDIFF_TAP_MODE is 'bogus'") != NULL, "%s", err.msg);
+    setenv("TAPDIFF_TAP_MODE", "full", 1);
+    setenv("TAPDIFF_DECODE", "pinned:p.txt", 1);
+    const char *path = tmp_path("engine.h5"), *model = tmp_path("model.bin");
+    setenv("TAPDIFF_TAPS", path, 1);
+    FILE *mf = fopen(model, "w");
+    cr_assert_not_null(mf);
+    fputs("abc", mf);
+    fclose(mf);
+    cr_assert_eq(td_tap_sink_open_env(&s, NULL, &err), TD_OK, "%s", err.msg);
+    unsetenv("TAPDIFF_TAPS");
+    unsetenv("TAPDIFF_DECODE");
+    cr_assert_eq(td_tap_sink_provenance(s, model, "llama", "eng", NULL, "f32", &err), TD_OK, "%s", err.msg);
+    // a 10-token prefill then 10 decode steps, positions left to the sink
+    int32_t prompt[10];
+    for (int i = 0; i < 10; i++) prompt[i] = 100 + i;
+    cr_assert_eq(td_tap_step_begin_tokens(s, prompt, NULL, 10, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+    for (int i = 0; i < 10; i++) {
+        int32_t t = 200 + i;
+        cr_assert_eq(td_tap_step_begin_tokens(s, &t, NULL, 1, &err), TD_OK, "%s", err.msg);
+        if (i == 4) { // an engine with its own history: the sink does not add a second one
+            const int64_t h[2] = {-1, -2}, w = 2;
+            td_tap_emit(s, -1, "hist.tokens", TD_DT_I64, h, 1, &w);
+        }
+        cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+    }
+    cr_assert_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, path, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_n_steps(f), 11);
+    char *v = NULL;
+    // sha256("abc"), FIPS 180-2 appendix B.1
+    struct {
+        const char *key, *want;
+    } attrs[] = {{"model_sha256", "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"},
+                 {"arch", "llama"},
+                 {"backend", "eng"},
+                 {"precision", "f32"},
+                 {"decode", "pinned:p.txt"},
+                 {"model", model}};
+    for (size_t i = 0; i < sizeof attrs / sizeof attrs[0]; i++) {
+        cr_assert_eq(td_tapfile_attr_str(f, attrs[i].key, &v, &err), TD_OK, "%s", err.msg);
+        cr_expect_str_eq(v, attrs[i].want, "root attribute %s", attrs[i].key);
+        free(v);
+    }
+    int64_t x[16];
+    td_step_info si;
+    cr_assert_eq(td_tapfile_step(f, 0, &si, &err), TD_OK, "%s", err.msg);
+    cr_expect(si.kind == TD_STEP_PREFILL && si.pos0 == 0 && si.n_tokens == 10);
+    cr_assert_eq(td_tapfile_read_i64(f, 0, "inp.pos", x, 10, &err), TD_OK, "%s", err.msg);
+    for (int i = 0; i < 10; i++) cr_expect_eq(x[i], i);
+    cr_assert_eq(td_tapfile_read_i64(f, 0, "hist.tokens", x, 10, &err), TD_OK, "%s", err.msg);
+    for (int i = 0; i < 10; i++) cr_expect_eq(x[i], 100 + i);
+    cr_assert_eq(td_tapfile_step(f, 10, &si, &err), TD_OK, "%s", err.msg);
+    cr_expect(si.kind == TD_STEP_DECODE && si.pos0 == 19 && si.n_tokens == 1, "step 10: pos0 %lld",
+              (long long)si.pos0);
+    cr_assert_eq(td_tapfile_read_i64(f, 10, "inp.tokens", x, 1, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(x[0], 209);
+    // the window: the last 16 consumed, oldest first
+    td_tap_info ti;
+    cr_assert_eq(td_tapfile_tap(f, 10, "hist.tokens", &ti, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(ti.shape[0], 16);
+    cr_assert_eq(td_tapfile_read_i64(f, 10, "hist.tokens", x, 16, &err), TD_OK, "%s", err.msg);
+    const int64_t want[16] = {104, 105, 106, 107, 108, 109, 200, 201, 202, 203, 204, 205, 206, 207, 208, 209};
+    for (int i = 0; i < 16; i++) cr_expect_eq(x[i], want[i], "hist.tokens[%d] = %lld", i, (long long)x[i]);
+    cr_assert_eq(td_tapfile_tap(f, 5, "hist.tokens", &ti, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(ti.shape[0], 2, "the engine's own hist.tokens is kept");
+    td_tapfile_close(f);
+}

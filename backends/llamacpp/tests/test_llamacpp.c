@@ -23,6 +23,10 @@
 #include "model.h"
 #include "runner.h"
 #include "tapfile.h"
+#include "catalog.h"
+#ifdef TD_HAVE_LLAMACPP
+#include "llamacpp.h"
+#endif
 
 #define NOT_BUILT "llama.cpp peer not built (run ci/fetch-llamacpp.sh, then meson setup --reconfigure BUILD)"
 #ifdef TD_HAVE_LLAMACPP
@@ -736,4 +740,24 @@ Test(llamacpp, wrong_arm_is_caught, .init = make_tmpdir, .fini = remove_tmpdir) 
     cr_expect_eq(st, 1, "qwen3-q8_0 with a native control -> %d:\n%s", st, out);
     cr_expect(strstr(out, "first divergent tap: blk.0.attn_q at step 0"), "%s", out);
     cr_expect(strstr(out, "control: ref32, profile native (--control-profile; B declares act-q8)"), "%s", out);
+}
+
+Test(llamacpp, every_mapped_node_is_a_catalog_tap) {
+#ifndef TD_HAVE_LLAMACPP
+    cr_skip_test("llama.cpp peer not built (run ci/fetch-llamacpp.sh, then meson setup --reconfigure)");
+#else
+    char buf[TD_TAP_NAME_MAX], full[TD_TAP_NAME_MAX + 8];
+    size_t i = 0;
+    for (const char *t; (t = td_llamacpp_mapped_tap(i, buf, sizeof buf)); i++) {
+        // a layered rule is checked at a concrete layer, the way it is emitted
+        if (!strncmp(t, "blk.L.", 6))
+            snprintf(full, sizeof full, "blk.2.%s", t + 6);
+        else
+            snprintf(full, sizeof full, "%s", t);
+        const td_tap_entry *e = td_tap_catalog_find(full, NULL);
+        cr_assert_not_null(e, "the llama.cpp node rules map to %s, which is not in the tap catalog", t);
+        cr_assert_str_eq(e->name, t);
+    }
+    cr_assert_gt(i, 20, "only %zu mapped taps", i);
+#endif
 }

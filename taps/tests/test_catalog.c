@@ -1,0 +1,263 @@
+/* Tests of the tap catalog: its producer graph is closed and ordered, the
+ * README's tap table is the catalog's, and the reference forward of each
+ * architecture emits exactly the catalog's taps for it, with the dtype class
+ * and the shape the catalog's letters give. */
+#include <criterion/criterion.h>
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/wait.h>
+
+#include "catalog.h"
+#include "model.h"
+#include "tapfile.h"
+#include "td_common.h"
+
+static char tmpdir[256];
+
+static void make_tmpdir(void) {
+    const char *base = getenv("TMPDIR");
+    snprintf(tmpdir, sizeof tmpdir, "%s/td_catalog_XXXXXX", base && *base ? base : "/tmp");
+    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
+}
+
+static void remove_tmpdir(void) {
+    char cmd[320];
+    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
+    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
+}
+
+TestSuite(catalog, .init = make_tmpdir, .fini = remove_tmpdir);
+
+static long row_index(const td_tap_entry *cat, const td_tap_entry *e) { return (long)(e - cat); }
+
+Test(catalog, producers_are_catalog_taps_that_come_earlier) {
+    size_t n;
+    const td_tap_entry *cat = td_tap_catalog(&n);
+    cr_assert_gt(n, 20);
+    for (size_t i = 0; i < n; i++) {
+        char name[TD_TAP_NAME_MAX];
+        // a middle layer, so "@prev" names a layer
+        if (!strncmp(cat[i].name, "blk.L.", 6))
+            snprintf(name, sizeof name, "blk.3.%s", cat[i].name + 6);
+        else
+            snprintf(name, sizeof name, "%s", cat[i].name);
+        long L = -2;
+        cr_assert_eq(td_tap_catalog_find(name, &L), &cat[i], "%s does not find its own row", name);
+        char g[4][3][TD_TAP_NAME_MAX];
+        int last;
+        int ng = td_tap_catalog_inputs(name, g, 4, &last);
+        int terms = 0;
+        for (int k = 0; k < ng; k++)
+            for (int a = 0; a < 3 && g[k][a][0]; a++, terms++) {
+                long pl;
+                const td_tap_entry *p = td_tap_catalog_find(g[k][a], &pl);
+                cr_assert_not_null(p, "%s: producer %s is not in the catalog", name, g[k][a]);
+                // earlier: an earlier row of the same layer, an earlier layer, or an earlier global
+                int earlier = pl < L || (pl == L && row_index(cat, p) < (long)i) ||
+                              (L < 0 && pl < 0 && row_index(cat, p) < (long)i);
+                cr_assert(earlier, "%s: producer %s does not come before it", name, g[k][a]);
+            }
+        int has_producers = cat[i].producers[0] != '\0';
+        cr_assert_eq(has_producers, terms > 0 || last, "%s: producers '%s' gave %d names", name, cat[i].producers,
+                     terms);
+    }
+}
+
+Test(catalog, find_rejects_what_is_not_a_tap) {
+    long L = 7;
+    cr_assert_null(td_tap_catalog_find("blk.x.attn_q", &L));
+    cr_assert_null(td_tap_catalog_find("blk.-1.attn_q", &L));
+    cr_assert_null(td_tap_catalog_find("blk.L.attn_q", &L));
+    cr_assert_null(td_tap_catalog_find("llamacpp.norm-0.RMS_NORM", &L));
+    cr_assert_null(td_tap_catalog_find("attn_q", &L));
+    const td_tap_entry *e = td_tap_catalog_find("blk.12.moe_topk", &L);
+    cr_assert_not_null(e);
+    cr_assert_eq(L, 12);
+    cr_assert_eq(e->cls, TD_TAPC_I32);
+    cr_assert(td_tap_catalog_has_arch(e, "qwen3moe"));
+    cr_assert(!td_tap_catalog_has_arch(e, "qwen3"));
+    cr_assert(!td_tap_catalog_has_arch(e, "qwen3mo"));
+}
+
+static char *read_text(const char *path) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    char *s = malloc((size_t)n + 1);
+    cr_assert_eq(fread(s, 1, (size_t)n, f), (size_t)n);
+    s[n] = '\0';
+    fclose(f);
+    return s;
+}
+
+#define BEGIN_MARK "<!-- tap catalog: begin"
+#define END_MARK "<!-- tap catalog: end -->"
+
+Test(catalog, readme_tap_table_is_the_catalog) {
+    const char *root = getenv("TD_SOURCE_ROOT");
+    cr_assert_not_null(root, "TD_SOURCE_ROOT is not set (run through meson test)");
+    char path[512];
+    snprintf(path, sizeof path, "%s/README.md", root);
+    char *readme = read_text(path);
+    char *b = strstr(readme, BEGIN_MARK);
+    cr_assert_not_null(b, "README.md has no '%s' marker", BEGIN_MARK);
+    b = strchr(b, '\n') + 1;
+    char *e = strstr(b, END_MARK);
+    cr_assert_not_null(e, "README.md has no '%s' marker", END_MARK);
+    *e = '\0';
+    char *want = td_tap_catalog_markdown();
+    cr_assert_str_eq(b, want, "README.md's tap table differs from the catalog; replace it with the output of "
+                              "`tapdiff taps --markdown`:\n%s", want);
+    free(want);
+    free(readme);
+}
+
+static int run(const char *cmd) {
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128;
+}
+
+// The value of one dimension written in the catalog's letters ("Hkv·D").
+static long dim_value(const char *spec, const td_hparams *hp, long T, long n_kv) {
+    long v = 1;
+    char buf[64];
+    snprintf(buf, sizeof buf, "%s", spec);
+    for (char *save = NULL, *f = strtok_r(buf, "\xc2\xb7", &save); f; f = strtok_r(NULL, "\xc2\xb7", &save)) {
+        long x = !strcmp(f, "T")     ? T
+                 : !strcmp(f, "E")   ? (long)hp->n_embd
+                 : !strcmp(f, "H")   ? (long)hp->n_head
+                 : !strcmp(f, "Hkv") ? (long)hp->n_head_kv
+                 : !strcmp(f, "D")   ? (long)hp->head_dim
+                 : !strcmp(f, "F")   ? (long)hp->n_ff
+                 : !strcmp(f, "X")   ? (long)hp->n_expert
+                 : !strcmp(f, "K")   ? (long)hp->n_expert_used
+                 : !strcmp(f, "V")   ? (long)hp->n_vocab
+                 : !strcmp(f, "n_kv") ? n_kv
+                                      : -1;
+        cr_assert_geq(x, 0, "unknown shape letter '%s' in '%s'", f, spec);
+        v *= x;
+    }
+    return v;
+}
+
+static void check_arch(const char *fixture) {
+    const char *exe = getenv("TD_TAPDIFF");
+    cr_assert_not_null(exe, "TD_TAPDIFF is not set (run through meson test)");
+    char cmd[2048], model[512], taps[512];
+    snprintf(cmd, sizeof cmd, "'%s' fixture --out '%s' --only %s >/dev/null", exe, tmpdir, fixture);
+    cr_assert_eq(run(cmd), 0, "%s", cmd);
+    snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, fixture);
+    snprintf(taps, sizeof taps, "%s/%s.h5", tmpdir, fixture);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 1,2,3 --steps 1 --out '%s' >/dev/null",
+             exe, model, taps);
+    cr_assert_eq(run(cmd), 0, "%s", cmd);
+
+    td_err err = {{0}};
+    td_model *m = NULL;
+    cr_assert_eq(td_model_open(&m, model, &err), 0, "%s", err.msg);
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, taps, &err), 0, "%s", err.msg);
+    char *arch = NULL;
+    cr_assert_eq(td_tapfile_attr_str(f, "arch", &arch, &err), 0, "%s", err.msg);
+    size_t n_cat;
+    const td_tap_entry *cat = td_tap_catalog(&n_cat);
+    cr_assert_eq(td_tapfile_n_steps(f), 2);
+    for (int64_t s = 0; s < 2; s++) {
+        td_step_info si;
+        cr_assert_eq(td_tapfile_step(f, s, &si, &err), 0, "%s", err.msg);
+        td_tap_info *t = NULL;
+        int64_t n = 0;
+        cr_assert_eq(td_tapfile_step_taps(f, s, &t, &n, &err), 0, "%s", err.msg);
+        // rows of this arch seen, per layer (globals at index n_layer)
+        int64_t n_layer = m->hp.n_layer;
+        char *seen = calloc(n_cat * (size_t)(n_layer + 1), 1);
+        for (int64_t i = 0; i < n; i++) {
+            long L;
+            const td_tap_entry *e = td_tap_catalog_find(t[i].name, &L);
+            cr_assert_not_null(e, "%s: step %lld: tap %s is not in the catalog", fixture, (long long)s, t[i].name);
+            cr_assert(td_tap_catalog_has_arch(e, arch), "%s: tap %s is emitted, but the catalog does not list %s",
+                      fixture, t[i].name, arch);
+            cr_assert(td_tap_catalog_dtype_ok(e, t[i].dtype), "%s: tap %s has dtype %s, the catalog says %s",
+                      fixture, t[i].name, td_dtype_name(t[i].dtype), td_tap_class_name(e->cls));
+            cr_assert(L < n_layer);
+            seen[(size_t)(L < 0 ? n_layer : L) * n_cat + (size_t)(e - cat)] = 1;
+            // shape: one dimension per comma
+            char shp[64];
+            snprintf(shp, sizeof shp, "%s", e->shape);
+            int d = 0;
+            for (char *save = NULL, *dim = strtok_r(shp, ", ", &save); dim; dim = strtok_r(NULL, ", ", &save), d++) {
+                cr_assert_lt(d, t[i].ndim, "%s: %s has %d dimensions, the catalog says [%s]", fixture, t[i].name,
+                             t[i].ndim, e->shape);
+                if (!strcmp(dim, "\xe2\x89\xa4W")) { // the history window: up to W = 16 ids
+                    cr_assert(t[i].shape[d] >= 1 && t[i].shape[d] <= 16, "%s: %s", fixture, t[i].name);
+                    continue;
+                }
+                long want = dim_value(dim, &m->hp, (long)si.n_tokens, (long)(si.pos0 + si.n_tokens));
+                cr_assert_eq(t[i].shape[d], want, "%s: %s dimension %d is %lld, the catalog's %s = %ld", fixture,
+                             t[i].name, d, (long long)t[i].shape[d], dim, want);
+            }
+            cr_assert_eq(d, t[i].ndim, "%s: %s has %d dimensions, the catalog says [%s]", fixture, t[i].name,
+                         t[i].ndim, e->shape);
+        }
+        for (size_t r = 0; r < n_cat; r++) {
+            if (!td_tap_catalog_has_arch(&cat[r], arch)) continue;
+            int layered = !strncmp(cat[r].name, "blk.L.", 6);
+            for (int64_t L = 0; L < (layered ? n_layer : 1); L++)
+                cr_assert(seen[(size_t)(layered ? L : n_layer) * n_cat + r],
+                          "%s: step %lld: the catalog lists %s (layer %lld) for %s, the reference did not emit it",
+                          fixture, (long long)s, cat[r].name, (long long)L, arch);
+        }
+        free(seen);
+        free(t);
+    }
+    free(arch);
+    td_tapfile_close(f);
+    td_model_close(m);
+}
+
+Test(catalog, reference_emits_exactly_the_llama_taps) { check_arch("llama-f32"); }
+Test(catalog, reference_emits_exactly_the_qwen3_taps) { check_arch("qwen3-f32"); }
+Test(catalog, reference_emits_exactly_the_qwen3moe_taps) { check_arch("qwen3moe-f32"); }
+
+// `tapdiff taps` output into a string.
+static char *taps_cmd(const char *args, int *rc) {
+    const char *exe = getenv("TD_TAPDIFF");
+    cr_assert_not_null(exe, "TD_TAPDIFF is not set (run through meson test)");
+    char cmd[1024], out[512];
+    snprintf(out, sizeof out, "%s/taps.out", tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' taps %s > '%s' 2>&1", exe, args, out);
+    *rc = run(cmd);
+    return read_text(out);
+}
+
+Test(catalog, taps_command_prints_an_architectures_rows) {
+    size_t n;
+    const td_tap_entry *cat = td_tap_catalog(&n);
+    int rc;
+    char *js = taps_cmd("--arch qwen3moe --json", &rc);
+    cr_assert_eq(rc, 0, "%s", js);
+    size_t want = 0, got = 0;
+    for (size_t i = 0; i < n; i++) {
+        char key[160];
+        snprintf(key, sizeof key, "\"name\":\t\"%s\"", cat[i].name);
+        int listed = strstr(js, key) != NULL;
+        cr_expect_eq(listed, td_tap_catalog_has_arch(&cat[i], "qwen3moe"), "%s: listed %d", cat[i].name, listed);
+        want += (size_t)td_tap_catalog_has_arch(&cat[i], "qwen3moe");
+    }
+    for (const char *p = js; (p = strstr(p, "\"name\":")); p++) got++;
+    cr_expect_eq(got, want, "%zu rows printed, %zu wanted", got, want);
+    free(js);
+    char *md = taps_cmd("--markdown", &rc), *cat_md = td_tap_catalog_markdown();
+    cr_assert_eq(rc, 0);
+    cr_expect_str_eq(md, cat_md);
+    free(md), free(cat_md);
+    char *bad = taps_cmd("--arch qwen9", &rc);
+    cr_expect_eq(rc, 2, "%s", bad);
+    cr_expect(strstr(bad, "no tap lists architecture 'qwen9'") != NULL, "%s", bad);
+    free(bad);
+}
