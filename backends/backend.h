@@ -15,7 +15,7 @@ extern "C" {
 typedef struct td_backend_params {
     int threads;           /* 0 = backend default */
     uint32_t n_ctx;        /* KV capacity in positions (prompt + decode steps) */
-    const char *inject;    /* named fault (cpu backend), NULL = none */
+    const char *inject;    /* named fault (faults.h) the backend implements, NULL = none */
     const char *profile;   /* arithmetic profile to emulate, NULL = native */
 } td_backend_params;
 
@@ -48,6 +48,12 @@ typedef struct td_backend_vt {
      * of what it would run on, else TD_SKIP (or another status) with the
      * reason, in why. NULL entry = always available. */
     int (*probe)(char *why, size_t n);
+    /* The td_layer kinds its forward implements: TD_KINDS(TD_LAYER_ATTENTION)
+     * | ... (forward.h); open refuses a model with any other kind. */
+    unsigned layer_kinds;
+    /* (optional) TD_FAULT_BIT of each fault of the catalog (faults.h) it can
+     * inject; 0 = none. */
+    uint64_t faults;
 } td_backend_vt;
 
 /* Every backend starts with this header so generic code can reach its table. */

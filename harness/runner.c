@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
+#include "faults.h"
 #include "tapfile.h"
 #include "td_config.h"
 
@@ -245,9 +246,12 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
                           names);
     }
 
+    // a fault the backend does not implement is refused before anything runs (faults.h)
+    int rc = td_fault_check_backend(vt, cfg->inject, err);
+    if (rc) return rc;
+
     td_model *own = NULL;
     const td_model *m = cfg->model;
-    int rc = TD_OK;
     if (!m) {
         if (!cfg->model_path) return td_err_set(err, TD_EUSAGE, "run: no model given");
         if ((rc = td_model_open(&own, cfg->model_path, err))) return rc;

@@ -6,17 +6,19 @@
  * expected and found. Facts: ../shared/spec/arch-{llama,qwen3,qwen3moe}.md,
  * primitives.md §2.3, gguf.md §3.3-3.4, §6, §8.
  *
- * Decisions where the spec leaves room (documented for the forwards):
- * - qwen3 (dense) does not read <arch>.expert_* (arch-qwen3.md "Not read"):
- *   an expert_count there is ignored, the model stays dense.
- * - llama with expert_count > 0 is a Mixtral-style MoE; F = feed_forward_length.
+ * What differs between architectures is their descriptor (arch.c); this file
+ * is what they share: the attention and RoPE keys, the vocabulary, the
+ * binder, and the walk over the table's hooks.
+ *
+ * Decisions where the spec leaves room (the others are in arch.c):
  * - Tensors the architecture does not know are ignored (llama.cpp refuses
  *   them; tapdiff is lenient), except ones the forward would need but has no
- *   slot for (dense FFN biases, ".scale" side-cars of bound weights): those
- *   would silently change the math, so they are refused.
- * - Fused attn_qkv together with separate attn_q/k/v is ambiguous: refused.
+ *   slot for (".scale" side-cars of bound weights): those would silently
+ *   change the math, so they are refused.
  * - A token id of -1 / 0xFFFFFFFF (llama.cpp's "no token") reads as absent. */
 #include "model.h"
+
+#include "arch.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -25,26 +27,6 @@
 
 /* ------------------------------------------------------------------------ */
 /* Names                                                                      */
-
-typedef struct arch_desc {
-    const char *name;
-    td_arch arch;
-    td_rope_type rope;
-    td_rope_scaling default_scaling; /* the spec tables' defaults; same math at factor 1 */
-} arch_desc;
-
-static const arch_desc k_archs[] = {
-    {"llama", TD_ARCH_LLAMA, TD_ROPE_NORM, TD_ROPE_SCALING_LINEAR},
-    {"qwen3", TD_ARCH_QWEN3, TD_ROPE_NEOX, TD_ROPE_SCALING_LINEAR},
-    {"qwen3moe", TD_ARCH_QWEN3MOE, TD_ROPE_NEOX, TD_ROPE_SCALING_NONE},
-};
-#define N_ARCHS (sizeof k_archs / sizeof k_archs[0])
-
-const char *td_arch_name(td_arch a) {
-    for (size_t i = 0; i < N_ARCHS; i++)
-        if (k_archs[i].arch == a) return k_archs[i].name;
-    return "unknown";
-}
 
 const char *td_rope_type_name(td_rope_type r) {
     switch (r) {
@@ -57,12 +39,7 @@ const char *td_rope_type_name(td_rope_type r) {
 /* ------------------------------------------------------------------------ */
 /* Metadata helpers                                                           */
 
-/* The whole bind shares these; one struct instead of four arguments everywhere. */
-typedef struct binder {
-    const td_gguf *g;
-    const char *arch;  /* key prefix */
-    td_err *err;
-} binder;
+typedef td_binder binder;
 
 static const char *key_of(const binder *b, const char *suffix, char *buf, size_t n) {
     snprintf(buf, n, "%s.%s", b->arch, suffix);
@@ -70,19 +47,19 @@ static const char *key_of(const binder *b, const char *suffix, char *buf, size_t
 }
 
 /* <arch>.<suffix> as u32, or as an all-equal per-layer array when n_layer > 0. */
-static int arch_u32(const binder *b, const char *suffix, int required, uint32_t def, uint32_t n_layer, uint32_t *out) {
+int td_bind_u32(const binder *b, const char *suffix, int required, uint32_t def, uint32_t n_layer, uint32_t *out) {
     char key[160];
     key_of(b, suffix, key, sizeof key);
     if (n_layer) return td_gguf_get_u32_or_arr(b->g, key, required, def, n_layer, out, b->err);
     return td_gguf_get_u32(b->g, key, required, def, out, b->err);
 }
 
-static int arch_f32(const binder *b, const char *suffix, int required, float def, float *out) {
+int td_bind_f32(const binder *b, const char *suffix, int required, float def, float *out) {
     char key[160];
     return td_gguf_get_f32(b->g, key_of(b, suffix, key, sizeof key), required, def, out, b->err);
 }
 
-static int arch_has(const binder *b, const char *suffix) {
+int td_bind_has(const binder *b, const char *suffix) {
     char key[160];
     return td_gguf_find(b->g, key_of(b, suffix, key, sizeof key)) != NULL;
 }
@@ -96,16 +73,16 @@ static int arch_has(const binder *b, const char *suffix) {
 /* ------------------------------------------------------------------------ */
 /* Hyper-parameters                                                           */
 
-static int read_hparams(const binder *b, const arch_desc *ad, td_hparams *hp) {
+static int read_hparams(const binder *b, const td_arch_desc *ad, td_hparams *hp) {
     const td_gguf *g = b->g;
     const char *P = g->path;
     const char *A = b->arch;
     hp->arch = ad->arch;
     hp->rope_type = ad->rope;
 
-    TRY(arch_u32(b, "context_length", 1, 0, 0, &hp->n_ctx_train));
-    TRY(arch_u32(b, "embedding_length", 1, 0, 0, &hp->n_embd));
-    TRY(arch_u32(b, "block_count", 1, 0, 0, &hp->n_layer));
+    TRY(td_bind_u32(b, "context_length", 1, 0, 0, &hp->n_ctx_train));
+    TRY(td_bind_u32(b, "embedding_length", 1, 0, 0, &hp->n_embd));
+    TRY(td_bind_u32(b, "block_count", 1, 0, 0, &hp->n_layer));
     if (hp->n_embd == 0)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.embedding_length': expected > 0, found 0", P, A);
     if (hp->n_layer == 0)
@@ -120,10 +97,10 @@ static int read_hparams(const binder *b, const arch_desc *ad, td_hparams *hp) {
     const uint32_t L = hp->n_layer;
 
     /* --- attention heads --- */
-    TRY(arch_u32(b, "attention.head_count", 1, 0, L, &hp->n_head));
+    TRY(td_bind_u32(b, "attention.head_count", 1, 0, L, &hp->n_head));
     if (hp->n_head == 0)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.attention.head_count': expected H > 0, found 0", P, A);
-    TRY(arch_u32(b, "attention.head_count_kv", 0, hp->n_head, L, &hp->n_head_kv));
+    TRY(td_bind_u32(b, "attention.head_count_kv", 0, hp->n_head, L, &hp->n_head_kv));
     const uint32_t H = hp->n_head, Hkv = hp->n_head_kv;
     if (Hkv == 0)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.attention.head_count_kv': expected Hkv > 0, found 0", P, A);
@@ -139,35 +116,35 @@ static int read_hparams(const binder *b, const arch_desc *ad, td_hparams *hp) {
     /* --- head dim D: key_length, else E/H which must then be integral --- */
     const int e_div_h = hp->n_embd % H == 0;
     const uint32_t e_over_h = hp->n_embd / H;
-    if (!arch_has(b, "attention.key_length") && !e_div_h)
+    if (!td_bind_has(b, "attention.key_length") && !e_div_h)
         return td_err_set(b->err, TD_EINPUT,
                           "%s: key '%s.attention.key_length' is absent, so head dim = n_embd/H: expected n_embd = %u "
                           "to be a multiple of H = %u, found remainder %u",
                           P, A, hp->n_embd, H, hp->n_embd % H);
-    TRY(arch_u32(b, "attention.key_length", 0, e_over_h, 0, &hp->head_dim));
+    TRY(td_bind_u32(b, "attention.key_length", 0, e_over_h, 0, &hp->head_dim));
     if (hp->head_dim == 0)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.attention.key_length': expected D > 0, found 0", P, A);
-    if (!arch_has(b, "attention.value_length") && !e_div_h)
+    if (!td_bind_has(b, "attention.value_length") && !e_div_h)
         return td_err_set(b->err, TD_EINPUT,
                           "%s: key '%s.attention.value_length' is absent, so it defaults to n_embd/H: expected n_embd "
                           "= %u to be a multiple of H = %u, found remainder %u",
                           P, A, hp->n_embd, H, hp->n_embd % H);
     uint32_t dv;
-    TRY(arch_u32(b, "attention.value_length", 0, e_over_h, 0, &dv));
+    TRY(td_bind_u32(b, "attention.value_length", 0, e_over_h, 0, &dv));
     if (dv != hp->head_dim)
         return td_err_set(b->err, TD_EINPUT,
                           "%s: key '%s.attention.value_length': expected value_length == key_length = %u, found %u%s",
                           P, A, hp->head_dim, dv,
-                          arch_has(b, "attention.value_length") ? "" : " (default n_embd/H)");
+                          td_bind_has(b, "attention.value_length") ? "" : " (default n_embd/H)");
 
-    TRY(arch_f32(b, "attention.layer_norm_rms_epsilon", 1, 0.0f, &hp->rms_eps));
+    TRY(td_bind_f32(b, "attention.layer_norm_rms_epsilon", 1, 0.0f, &hp->rms_eps));
     if (!isfinite(hp->rms_eps) || hp->rms_eps < 0)
         return td_err_set(b->err, TD_EINPUT,
                           "%s: key '%s.attention.layer_norm_rms_epsilon': expected a finite value >= 0, found %g", P, A,
                           (double)hp->rms_eps);
 
     /* --- RoPE --- */
-    TRY(arch_u32(b, "rope.dimension_count", 0, hp->head_dim, 0, &hp->rope_dims));
+    TRY(td_bind_u32(b, "rope.dimension_count", 0, hp->head_dim, 0, &hp->rope_dims));
     const uint32_t R = hp->rope_dims, D = hp->head_dim;
     if (R > D)
         return td_err_set(b->err, TD_EINPUT,
@@ -181,7 +158,7 @@ static int read_hparams(const binder *b, const arch_desc *ad, td_hparams *hp) {
                           "%s: key '%s.rope.dimension_count': expected R == head dim D = %u (%s rotates the whole "
                           "head), found R = %u",
                           P, A, D, A, R);
-    TRY(arch_f32(b, "rope.freq_base", 0, 10000.0f, &hp->rope_base));
+    TRY(td_bind_f32(b, "rope.freq_base", 0, 10000.0f, &hp->rope_base));
     if (!isfinite(hp->rope_base) || hp->rope_base <= 0)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.rope.freq_base': expected a finite value > 0, found %g", P,
                           A, (double)hp->rope_base);
@@ -198,69 +175,21 @@ static int read_hparams(const binder *b, const arch_desc *ad, td_hparams *hp) {
                           P, key, stype);
 
     float factor;
-    if (arch_has(b, "rope.scaling.factor")) TRY(arch_f32(b, "rope.scaling.factor", 0, 1.0f, &factor));
-    else TRY(arch_f32(b, "rope.scale_linear", 0, 1.0f, &factor)); /* the old key, a fallback */
+    if (td_bind_has(b, "rope.scaling.factor")) TRY(td_bind_f32(b, "rope.scaling.factor", 0, 1.0f, &factor));
+    else TRY(td_bind_f32(b, "rope.scale_linear", 0, 1.0f, &factor)); /* the old key, a fallback */
     if (!isfinite(factor) || factor < 0)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.rope.scaling.factor': expected a finite value >= 0, found %g",
                           P, A, (double)factor);
     if (factor == 0) factor = 1; /* 0 means "not set" (primitives §2.3) */
     hp->rope_freq_scale = hp->rope_scaling == TD_ROPE_SCALING_NONE ? 1.0f : 1.0f / factor;
-    TRY(arch_f32(b, "rope.scaling.attn_factor", 0, 1.0f, &hp->rope_attn_factor));
+    TRY(td_bind_f32(b, "rope.scaling.attn_factor", 0, 1.0f, &hp->rope_attn_factor));
     if (!isfinite(hp->rope_attn_factor))
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.rope.scaling.attn_factor': expected a finite value, found %g",
                           P, A, (double)hp->rope_attn_factor);
-    TRY(arch_u32(b, "rope.scaling.original_context_length", 0, hp->n_ctx_train, 0, &hp->rope_n_ctx_orig));
+    TRY(td_bind_u32(b, "rope.scaling.original_context_length", 0, hp->n_ctx_train, 0, &hp->rope_n_ctx_orig));
 
-    /* --- FFN and experts --- */
-    uint32_t n_ff = 0;
-    if (ad->arch == TD_ARCH_QWEN3MOE) {
-        TRY(arch_u32(b, "expert_count", 1, 0, 0, &hp->n_expert));
-        TRY(arch_u32(b, "expert_used_count", 1, 0, L, &hp->n_expert_used));
-    } else if (ad->arch == TD_ARCH_LLAMA) {
-        TRY(arch_u32(b, "expert_count", 0, 0, 0, &hp->n_expert));
-        TRY(arch_u32(b, "expert_used_count", 0, 0, L, &hp->n_expert_used));
-        if (hp->n_expert == 0 && hp->n_expert_used != 0)
-            return td_err_set(b->err, TD_EINPUT,
-                              "%s: key '%s.expert_used_count': expected 0 for a dense model (no %s.expert_count), "
-                              "found K = %u",
-                              P, A, A, hp->n_expert_used);
-    } /* qwen3 dense: expert_* not read (see the file comment) */
-
-    const uint32_t X = hp->n_expert, K = hp->n_expert_used;
-    if (ad->arch == TD_ARCH_QWEN3MOE && X == 0)
-        return td_err_set(b->err, TD_EINPUT, "%s: key '%s.expert_count': expected X > 0 for an MoE model, found 0", P,
-                          A);
-    if (X > 0 && K == 0)
-        return td_err_set(b->err, TD_EINPUT, "%s: key '%s.expert_used_count': expected 1 <= K <= X = %u, found K = 0%s",
-                          P, A, X, arch_has(b, "expert_used_count") ? "" : " (key absent)");
-    if (X > 0 && K > X)
-        return td_err_set(b->err, TD_EINPUT,
-                          "%s: key '%s.expert_used_count': expected K <= expert_count X = %u, found K = %u", P, A, X,
-                          K);
-
-    if (ad->arch == TD_ARCH_QWEN3MOE) {
-        /* F = expert_feed_forward_length, else llama.cpp's fallback n_ff / K */
-        TRY(arch_u32(b, "feed_forward_length", 0, 0, L, &n_ff));
-        if (arch_has(b, "expert_feed_forward_length")) {
-            TRY(arch_u32(b, "expert_feed_forward_length", 0, 0, L, &hp->n_ff));
-            if (hp->n_ff == 0)
-                return td_err_set(b->err, TD_EINPUT,
-                                  "%s: key '%s.expert_feed_forward_length': expected F > 0, found 0", P, A);
-        } else {
-            hp->n_ff = n_ff / K;
-            if (hp->n_ff == 0)
-                return td_err_set(b->err, TD_EINPUT,
-                                  "%s: required key '%s.expert_feed_forward_length' is missing and the fallback "
-                                  "feed_forward_length / K = %u / %u gives F = 0 (expected F > 0)",
-                                  P, A, n_ff, K);
-        }
-    } else {
-        /* dense and Mixtral-style experts both use feed_forward_length */
-        TRY(arch_u32(b, "feed_forward_length", 1, 0, L, &hp->n_ff));
-        if (hp->n_ff == 0)
-            return td_err_set(b->err, TD_EINPUT, "%s: key '%s.feed_forward_length': expected F > 0, found 0", P, A);
-    }
-    return TD_OK;
+    /* --- FFN and experts: the architecture's own keys --- */
+    return ad->read_hparams(b, hp);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -351,8 +280,8 @@ static int read_vocab(const binder *b, td_vocab *v, uint32_t *n_vocab) {
     if (v->kind == TD_VOCAB_NONE) {
         /* token count from <arch>.vocab_size (gguf.md §3.4), else from a stray tokens array */
         const td_gguf_kv *tk = td_gguf_find(g, "tokenizer.ggml.tokens");
-        if (arch_has(b, "vocab_size") || !tk) {
-            TRY(arch_u32(b, "vocab_size", 1, 0, 0, n_vocab));
+        if (td_bind_has(b, "vocab_size") || !tk) {
+            TRY(td_bind_u32(b, "vocab_size", 1, 0, 0, n_vocab));
         } else {
             if (tk->type != TD_GGUF_ARRAY || tk->arr_type != TD_GGUF_STRING)
                 return td_err_set(b->err, TD_EINPUT, "%s: key 'tokenizer.ggml.tokens': expected ARRAY of STRING, "
@@ -407,7 +336,7 @@ static int read_vocab(const binder *b, td_vocab *v, uint32_t *n_vocab) {
 /* Tensors                                                                    */
 
 /* a*b, saturated: a shape that overflows can then never match a stored one */
-static uint64_t mul_sat(uint64_t a, uint64_t b) { return (a && b > UINT64_MAX / a) ? UINT64_MAX : a * b; }
+uint64_t td_bind_mul_sat(uint64_t a, uint64_t b) { return (a && b > UINT64_MAX / a) ? UINT64_MAX : a * b; }
 
 static void fmt_shape(char *buf, size_t n, const uint64_t *ne, uint32_t nd) {
     size_t o = 0;
@@ -417,13 +346,13 @@ static void fmt_shape(char *buf, size_t n, const uint64_t *ne, uint32_t nd) {
     if (o < n) snprintf(buf + o, n - o, "}");
 }
 
-enum { OPT = 0, REQ = 1 };
+enum { OPT = TD_BIND_OPT, REQ = TD_BIND_REQ };
 
 /* Binds tensor `name` if present: shape must equal {ne0[, ne1[, ne2]]} (nd
  * listed dims, the rest 1) and the type must be decodable; 1-D weights (norms,
  * biases, frequency factors) must be a float type, as the forwards read them
  * as plain vectors. */
-static int bind_t(const binder *b, const char *name, int required, uint32_t nd, uint64_t ne0, uint64_t ne1,
+int td_bind_tensor(const binder *b, const char *name, int required, uint32_t nd, uint64_t ne0, uint64_t ne1,
                   uint64_t ne2, const td_tensor **out) {
     const td_gguf *g = b->g;
     const td_tensor *t = td_gguf_tensor(g, name);
@@ -459,71 +388,10 @@ static int bind_t(const binder *b, const char *name, int required, uint32_t nd, 
 
 /* A tensor the forward would need but td_layer has no slot for: refusing it
  * beats computing a different model without a word. */
-static int refuse_if_present(const binder *b, const char *name, const char *why) {
+int td_bind_refuse(const binder *b, const char *name, const char *why) {
     if (td_gguf_tensor(b->g, name))
         return td_err_set(b->err, TD_EINPUT, "%s: tensor %s: expected absent, found present (%s)", b->g->path, name,
                           why);
-    return TD_OK;
-}
-
-static int bind_layer(const binder *b, const td_hparams *hp, uint32_t il, td_layer *l) {
-    const uint64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff,
-                   X = hp->n_expert;
-    const uint64_t HD = mul_sat(H, D), HkvD = mul_sat(Hkv, D);
-    const uint64_t QKV = mul_sat(H + 2 * Hkv, D);
-    const int qwen = hp->arch == TD_ARCH_QWEN3 || hp->arch == TD_ARCH_QWEN3MOE;
-    char n[96];
-#define NM(s) (snprintf(n, sizeof n, "blk.%u." s, il), n)
-
-    TRY(bind_t(b, NM("attn_norm.weight"), REQ, 1, E, 0, 0, &l->attn_norm));
-
-    /* q/k/v: separate, or fused rows [Q; K; V] */
-    TRY(bind_t(b, NM("attn_qkv.weight"), OPT, 2, E, QKV, 0, &l->wqkv));
-    if (l->wqkv) {
-        static const char *const sep[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight",
-                                          "attn_q.bias", "attn_k.bias", "attn_v.bias"};
-        for (size_t i = 0; i < sizeof sep / sizeof sep[0]; i++) {
-            snprintf(n, sizeof n, "blk.%u.%s", il, sep[i]);
-            TRY(refuse_if_present(b, n,
-                                  "the block has a fused attn_qkv.weight; separate and fused q/k/v are ambiguous"));
-        }
-        TRY(bind_t(b, NM("attn_qkv.bias"), OPT, 1, QKV, 0, 0, &l->bqkv));
-    } else {
-        TRY(bind_t(b, NM("attn_q.weight"), REQ, 2, E, HD, 0, &l->wq));
-        TRY(bind_t(b, NM("attn_k.weight"), REQ, 2, E, HkvD, 0, &l->wk));
-        TRY(bind_t(b, NM("attn_v.weight"), REQ, 2, E, HkvD, 0, &l->wv));
-        TRY(bind_t(b, NM("attn_q.bias"), OPT, 1, HD, 0, 0, &l->bq));
-        TRY(bind_t(b, NM("attn_k.bias"), OPT, 1, HkvD, 0, 0, &l->bk));
-        TRY(bind_t(b, NM("attn_v.bias"), OPT, 1, HkvD, 0, 0, &l->bv));
-        TRY(refuse_if_present(b, NM("attn_qkv.bias"), "a fused bias without a fused attn_qkv.weight"));
-    }
-    TRY(bind_t(b, NM("attn_output.weight"), REQ, 2, HD, E, 0, &l->wo));
-    /* qwen3's graph has no output bias (arch-qwen3.md §2): leave it unbound there */
-    if (!qwen) TRY(bind_t(b, NM("attn_output.bias"), OPT, 1, E, 0, 0, &l->bo));
-    if (qwen) {
-        TRY(bind_t(b, NM("attn_q_norm.weight"), REQ, 1, D, 0, 0, &l->q_norm));
-        TRY(bind_t(b, NM("attn_k_norm.weight"), REQ, 1, D, 0, 0, &l->k_norm));
-    }
-    TRY(bind_t(b, NM("ffn_norm.weight"), REQ, 1, E, 0, 0, &l->ffn_norm));
-
-    if (X == 0) {
-        TRY(bind_t(b, NM("ffn_gate.weight"), REQ, 2, E, F, 0, &l->ffn_gate));
-        TRY(bind_t(b, NM("ffn_up.weight"), REQ, 2, E, F, 0, &l->ffn_up));
-        TRY(bind_t(b, NM("ffn_down.weight"), REQ, 2, F, E, 0, &l->ffn_down));
-        static const char *const fb[] = {"ffn_gate.bias", "ffn_up.bias", "ffn_down.bias"};
-        for (size_t i = 0; i < 3; i++) {
-            snprintf(n, sizeof n, "blk.%u.%s", il, fb[i]);
-            TRY(refuse_if_present(b, n, "FFN biases are not supported by tapdiff's forwards"));
-        }
-    } else {
-        TRY(bind_t(b, NM("ffn_gate_inp.weight"), REQ, 2, E, X, 0, &l->ffn_gate_inp));
-        /* llama MoE may omit the gate (experts compute W_down silu(W_up x)) */
-        TRY(bind_t(b, NM("ffn_gate_exps.weight"), hp->arch == TD_ARCH_QWEN3MOE ? REQ : OPT, 3, E, F, X,
-                   &l->ffn_gate_exps));
-        TRY(bind_t(b, NM("ffn_up_exps.weight"), REQ, 3, E, F, X, &l->ffn_up_exps));
-        TRY(bind_t(b, NM("ffn_down_exps.weight"), REQ, 3, F, E, X, &l->ffn_down_exps));
-    }
-#undef NM
     return TD_OK;
 }
 
@@ -541,8 +409,9 @@ static int refuse_scales(const binder *b, const td_model *m) {
         int bound = t == m->tok_embd || t == m->output;
         for (uint32_t il = 0; il < m->hp.n_layer && !bound; il++) {
             const td_layer *l = &m->layers[il];
-            const td_tensor *ws[] = {l->wq, l->wk, l->wv, l->wqkv, l->wo, l->ffn_gate, l->ffn_up, l->ffn_down,
-                                     l->ffn_gate_inp, l->ffn_gate_exps, l->ffn_up_exps, l->ffn_down_exps};
+            const td_tensor *ws[] = {l->attn.wq,      l->attn.wk,     l->attn.wv,        l->attn.wqkv,
+                                     l->attn.wo,      l->ffn.gate,    l->ffn.up,         l->ffn.down,
+                                     l->ffn.gate_inp, l->ffn.gate_exps, l->ffn.up_exps, l->ffn.down_exps};
             for (size_t k = 0; k < sizeof ws / sizeof ws[0]; k++)
                 if (ws[k] == t) bound = 1;
         }
@@ -563,33 +432,34 @@ static int bind_all(td_model *m, td_err *err) {
     char arch[32];
     binder b = {g, arch, err};
     TRY(td_gguf_get_str(g, "general.architecture", 1, NULL, arch, sizeof arch, err));
-    const arch_desc *ad = NULL;
-    for (size_t i = 0; i < N_ARCHS; i++)
-        if (!strcmp(arch, k_archs[i].name)) ad = &k_archs[i];
-    if (!ad)
-        return td_err_set(err, TD_EINPUT,
-                          "%s: key 'general.architecture': unsupported architecture '%s' (supported: llama, qwen3, "
-                          "qwen3moe)",
-                          g->path, arch);
+    const td_arch_desc *ad = td_arch_find(arch);
+    if (!ad) {
+        char names[256];
+        td_arch_names(names, sizeof names, ", ");
+        return td_err_set(err, TD_EINPUT, "%s: key 'general.architecture': unsupported architecture '%s' (supported: %s)",
+                          g->path, arch, names);
+    }
 
     td_hparams *hp = &m->hp;
     TRY(read_hparams(&b, ad, hp));
     TRY(read_vocab(&b, &m->vocab, &hp->n_vocab));
 
     const uint64_t E = hp->n_embd, V = hp->n_vocab;
-    TRY(bind_t(&b, "token_embd.weight", REQ, 2, E, V, 0, &m->tok_embd));
-    TRY(bind_t(&b, "output_norm.weight", REQ, 1, E, 0, 0, &m->output_norm));
-    TRY(bind_t(&b, "output.weight", OPT, 2, E, V, 0, &m->output));
+    TRY(td_bind_tensor(&b, "token_embd.weight", REQ, 2, E, V, 0, &m->tok_embd));
+    TRY(td_bind_tensor(&b, "output_norm.weight", REQ, 1, E, 0, 0, &m->output_norm));
+    TRY(td_bind_tensor(&b, "output.weight", OPT, 2, E, V, 0, &m->output));
     if (!m->output) {
         m->output = m->tok_embd;
         m->output_tied = 1;
     }
-    /* LLaMA-3.1 frequency factors: llama only (qwen3 does not read them) */
-    if (ad->arch == TD_ARCH_LLAMA)
-        TRY(bind_t(&b, "rope_freqs.weight", OPT, 1, hp->rope_dims / 2, 0, 0, &m->rope_freqs));
+    if (ad->bind_model) TRY(ad->bind_model(&b, m));
 
     m->layers = td_xcalloc(hp->n_layer, sizeof *m->layers);
-    for (uint32_t il = 0; il < hp->n_layer; il++) TRY(bind_layer(&b, hp, il, &m->layers[il]));
+    for (uint32_t il = 0; il < hp->n_layer; il++) {
+        td_layer *l = &m->layers[il];
+        l->kind = ad->layer_kind(hp, il);
+        TRY(ad->bind_layer(&b, hp, il, l));
+    }
     TRY(refuse_scales(&b, m));
     return TD_OK;
 }

@@ -2,6 +2,7 @@
  * spec's defaults, every tensor the forward needs (checked for presence,
  * type and shape), and the vocabulary. One loader for every forward, so a
  * loader bug can never hide as a backend difference.
+ * What is particular to one architecture is its descriptor (arch.h).
  * Facts: ../shared/spec/arch-{llama,qwen3,qwen3moe}.md. */
 #ifndef TD_MODEL_H
 #define TD_MODEL_H
@@ -53,21 +54,42 @@ typedef struct td_hparams {
     uint32_t n_vocab;       /* V */
 } td_hparams;
 
-/* Tensors of one block. Optional ones are NULL when absent. */
-typedef struct td_layer {
-    const td_tensor *attn_norm;                  /* {E} */
+/* What a block computes before its FFN. Each kind has its own parts in
+ * td_layer; a new kind (qwen3next's Gated DeltaNet, qwen4exp's layers) is
+ * appended with its parts, and the forwards dispatch on it. */
+typedef enum td_layer_kind {
+    TD_LAYER_ATTENTION = 0, /* softmax self-attention over a KV cache */
+    TD_LAYER_KIND_COUNT
+} td_layer_kind;
+
+/* Parts of an attention layer. Optional ones are NULL when absent. */
+typedef struct td_attn_parts {
+    const td_tensor *norm;                       /* attn_norm {E} */
     const td_tensor *wq, *wk, *wv;               /* {E, H*D}, {E, Hkv*D} x2 (NULL if fused) */
     const td_tensor *wqkv;                       /* {E, (H+2Hkv)*D} fused alternative */
     const td_tensor *bq, *bk, *bv, *bqkv;        /* optional biases */
     const td_tensor *wo;                         /* {H*D, E} */
     const td_tensor *bo;                         /* optional {E} */
     const td_tensor *q_norm, *k_norm;            /* {D}: qwen3 family */
-    const td_tensor *ffn_norm;                   /* {E} */
-    const td_tensor *ffn_gate, *ffn_up;          /* dense {E, F} */
-    const td_tensor *ffn_down;                   /* dense {F, E} */
-    const td_tensor *ffn_gate_inp;               /* MoE router {E, X} */
-    const td_tensor *ffn_gate_exps, *ffn_up_exps;/* {E, F, X} (gate may be NULL for llama MoE) */
-    const td_tensor *ffn_down_exps;              /* {F, E, X} */
+} td_attn_parts;
+
+/* The FFN after the mixer: dense SwiGLU, or a softmax-routed MoE when the
+ * router (gate_inp) is bound. */
+typedef struct td_ffn_parts {
+    const td_tensor *norm;                       /* ffn_norm {E} */
+    const td_tensor *gate, *up;                  /* dense {E, F} */
+    const td_tensor *down;                       /* dense {F, E} */
+    const td_tensor *gate_inp;                   /* MoE router {E, X} */
+    const td_tensor *gate_exps, *up_exps;        /* {E, F, X} (gate may be NULL for llama MoE) */
+    const td_tensor *down_exps;                  /* {F, E, X} */
+} td_ffn_parts;
+
+/* Tensors of one block: its kind, that kind's parts (the others stay
+ * NULL), and the FFN every kind has. */
+typedef struct td_layer {
+    td_layer_kind kind;
+    td_attn_parts attn; /* kind TD_LAYER_ATTENTION */
+    td_ffn_parts ffn;
 } td_layer;
 
 typedef enum td_vocab_kind {
@@ -107,8 +129,10 @@ int td_model_open(td_model **out, const char *path, td_err *err);
 int td_model_bind(td_model **out, td_gguf *g, td_err *err);
 void td_model_close(td_model *m);
 
+/* "llama", ... from the architecture table (arch.h); "unknown" otherwise. */
 const char *td_arch_name(td_arch a);
 const char *td_rope_type_name(td_rope_type r);
+const char *td_layer_kind_name(td_layer_kind k);
 
 /* The piece of a token as stored in the vocab (SentencePiece "▁" and gpt2
  * byte-level characters are not translated). NULL when out of range. */

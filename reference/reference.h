@@ -28,9 +28,6 @@ extern "C" {
 extern const td_backend_vt td_ref_backend_f64; /* "ref" */
 extern const td_backend_vt td_ref_backend_f32; /* "ref32" */
 
-/* Length of the token history tap hist.tokens (the last W ids consumed). */
-#define TD_REF_HIST_W 16
-
 /* RoPE parameters of primitives.md §2 (scalars as given by the model; each
  * arm converts them to its own precision). */
 typedef struct td_ref_rope {
@@ -72,7 +69,8 @@ void td_ref_attention_f64(double *out, const double *q, const double *k, const d
  * largest probs (X), largest first; among EQUAL probabilities the LOWER
  * expert index ranks first (what a stable descending sort gives; llama.cpp
  * leaves this order unspecified). weights (K) = probs[topk] / max(sum, 2^-14),
- * the sum taken in rank order. */
+ * the sum taken in rank order. The rule is backends/forward.h's
+ * td_moe_route_*, shared by every backend; these are its reference names. */
 void td_ref_moe_route_f64(int32_t *topk, double *weights, const double *probs, int64_t X, int64_t K);
 
 /* ---- f32 primitives (ref32): the same code computing in float ---------- */

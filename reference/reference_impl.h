@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "forward.h"
 #include "reference.h"
 #include "td_config.h"
 
@@ -161,25 +162,8 @@ void FN(attention)(real *out, const real *q, const real *k, const real *v, const
 }
 
 void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
-    // K passes of "largest not yet chosen". The scan is in ascending index
-    // and only a STRICTLY larger value replaces the current best, so among
-    // equal probabilities the lower expert index ranks first (§5.1).
-    for (int64_t j = 0; j < K; j++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < X; e++) {
-            int taken = 0;
-            for (int64_t i = 0; i < j; i++) taken |= topk[i] == e;
-            if (taken) continue;
-            if (best < 0 || probs[e] > probs[best]) best = e;
-        }
-        topk[j] = (int32_t)best;
-    }
-    // renormalise the selected probabilities; the clamp only matters when
-    // they sum to almost nothing
-    real sum = 0;
-    for (int64_t j = 0; j < K; j++) sum += probs[topk[j]];
-    const real z = sum > (real)0x1p-14 ? sum : (real)0x1p-14;
-    for (int64_t j = 0; j < K; j++) weights[j] = probs[topk[j]] / z;
+    // the rule every backend shares (backends/forward.c), at this precision
+    REF_CAT(td_moe_route, REAL_SUFFIX)(topk, weights, probs, X, K, 0);
 }
 
 /* ===================================================================== */
@@ -207,7 +191,6 @@ typedef struct ref_acts {
     real *ys;         // (T, E) that expert's outputs
     real *yk;         // (T, K, E) expert outputs in rank order
     real *logits;     // (T, V)
-    int32_t *tok32;   // (T)
     int32_t *pos32;   // (T)
     int64_t *pos;     // (T)
     int32_t *route_t; // (T) token of each row of xs
@@ -226,8 +209,7 @@ typedef struct ref_backend {
     real **k_cache;  // n_layer x (kv_cap, Hkv*D): post-norm, post-RoPE keys, row = position
     real **v_cache;  // n_layer x (kv_cap, Hkv*D)
     real *att;       // (kv_cap) attention scores of one (token, head)
-    int64_t hist[TD_REF_HIST_W]; // last tokens consumed, oldest first
-    int64_t n_hist;
+    td_hist hist;    // last tokens consumed (hist.tokens)
     real *row;       // (max_in) one decoded weight row
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
@@ -249,7 +231,7 @@ static void acts_free(ref_acts *a) {
     free(a->x), free(a->xn), free(a->q), free(a->k), free(a->v), free(a->ctx), free(a->proj);
     free(a->gate), free(a->up), free(a->act), free(a->moe_logits), free(a->moe_probs);
     free(a->moe_topk), free(a->moe_w), free(a->xs), free(a->ys), free(a->yk), free(a->logits);
-    free(a->tok32), free(a->pos32), free(a->pos), free(a->route_t), free(a->route_j);
+    free(a->pos32), free(a->pos), free(a->route_t), free(a->route_j);
     memset(a, 0, sizeof *a);
 }
 
@@ -273,7 +255,6 @@ static void acts_ensure(ref_backend *r, int64_t T) {
     a->up = td_xcalloc(n * F, rs);
     a->act = td_xcalloc(n * F, rs);
     a->logits = td_xcalloc(n * V, rs);
-    a->tok32 = td_xcalloc(n, sizeof(int32_t));
     a->pos32 = td_xcalloc(n, sizeof(int32_t));
     a->pos = td_xcalloc(n, sizeof(int64_t));
     if (X > 0) {
@@ -420,28 +401,28 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     const int64_t pos0 = a->pos[0];
     int rc;
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn_norm, T, E, err))) return rc;
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn.norm, T, E, err))) return rc;
     tap2(sink, l, "attn_norm", a->xn, T, E);
 
-    if (L->wqkv) { // fused: output rows are [Q; K; V]
-        if ((rc = matmul(r, a->q, a->xn, L->wqkv, L->bqkv, 0, T, E, H * D, err))) return rc;
-        if ((rc = matmul(r, a->k, a->xn, L->wqkv, L->bqkv, H * D, T, E, Hkv * D, err))) return rc;
-        if ((rc = matmul(r, a->v, a->xn, L->wqkv, L->bqkv, (H + Hkv) * D, T, E, Hkv * D, err))) return rc;
+    if (L->attn.wqkv) { // fused: output rows are [Q; K; V]
+        if ((rc = matmul(r, a->q, a->xn, L->attn.wqkv, L->attn.bqkv, 0, T, E, H * D, err))) return rc;
+        if ((rc = matmul(r, a->k, a->xn, L->attn.wqkv, L->attn.bqkv, H * D, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->attn.wqkv, L->attn.bqkv, (H + Hkv) * D, T, E, Hkv * D, err))) return rc;
     } else {
-        if ((rc = matmul(r, a->q, a->xn, L->wq, L->bq, 0, T, E, H * D, err))) return rc;
-        if ((rc = matmul(r, a->k, a->xn, L->wk, L->bk, 0, T, E, Hkv * D, err))) return rc;
-        if ((rc = matmul(r, a->v, a->xn, L->wv, L->bv, 0, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->q, a->xn, L->attn.wq, L->attn.bq, 0, T, E, H * D, err))) return rc;
+        if ((rc = matmul(r, a->k, a->xn, L->attn.wk, L->attn.bk, 0, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->attn.wv, L->attn.bv, 0, T, E, Hkv * D, err))) return rc;
     }
     tap2(sink, l, "attn_q", a->q, T, H * D);
     tap2(sink, l, "attn_k", a->k, T, Hkv * D);
     tap2(sink, l, "attn_v", a->v, T, Hkv * D);
 
-    if (L->q_norm) { // qwen3 family: per-head RMSNorm, before RoPE
-        if ((rc = rmsnorm_rows(r, a->q, a->q, L->q_norm, T * H, D, err))) return rc;
+    if (L->attn.q_norm) { // qwen3 family: per-head RMSNorm, before RoPE
+        if ((rc = rmsnorm_rows(r, a->q, a->q, L->attn.q_norm, T * H, D, err))) return rc;
         tap2(sink, l, "attn_q_norm", a->q, T, H * D);
     }
-    if (L->k_norm) {
-        if ((rc = rmsnorm_rows(r, a->k, a->k, L->k_norm, T * Hkv, D, err))) return rc;
+    if (L->attn.k_norm) {
+        if ((rc = rmsnorm_rows(r, a->k, a->k, L->attn.k_norm, T * Hkv, D, err))) return rc;
         tap2(sink, l, "attn_k_norm", a->k, T, Hkv * D);
     }
 
@@ -475,7 +456,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     }
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
 
-    if ((rc = matmul(r, a->proj, a->ctx, L->wo, L->bo, 0, T, H * D, E, err))) return rc;
+    if ((rc = matmul(r, a->proj, a->ctx, L->attn.wo, L->attn.bo, 0, T, H * D, E, err))) return rc;
     tap2(sink, l, "attn_out", a->proj, T, E);
     return TD_OK;
 }
@@ -486,13 +467,13 @@ static int ffn_dense(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
     ref_acts *a = &r->a;
     const int64_t E = r->hp.n_embd, F = r->hp.n_ff;
     int rc;
-    if ((rc = matmul(r, a->gate, a->xn, L->ffn_gate, NULL, 0, T, E, F, err))) return rc;
+    if ((rc = matmul(r, a->gate, a->xn, L->ffn.gate, NULL, 0, T, E, F, err))) return rc;
     tap2(sink, l, "ffn_gate", a->gate, T, F);
-    if ((rc = matmul(r, a->up, a->xn, L->ffn_up, NULL, 0, T, E, F, err))) return rc;
+    if ((rc = matmul(r, a->up, a->xn, L->ffn.up, NULL, 0, T, E, F, err))) return rc;
     tap2(sink, l, "ffn_up", a->up, T, F);
     FN(swiglu)(a->act, a->gate, a->up, T * F);
     tap2(sink, l, "ffn_act", a->act, T, F);
-    return matmul(r, a->proj, a->act, L->ffn_down, NULL, 0, T, F, E, err);
+    return matmul(r, a->proj, a->act, L->ffn.down, NULL, 0, T, F, E, err);
 }
 
 /* Softmax-routed MoE (primitives §5): a->xn (T, E) -> a->proj (T, E).
@@ -505,7 +486,7 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
     const int64_t E = r->hp.n_embd, F = r->hp.n_ff, X = r->hp.n_expert, K = r->hp.n_expert_used;
     int rc;
 
-    if ((rc = matmul(r, a->moe_logits, a->xn, L->ffn_gate_inp, NULL, 0, T, E, X, err))) return rc;
+    if ((rc = matmul(r, a->moe_logits, a->xn, L->ffn.gate_inp, NULL, 0, T, E, X, err))) return rc;
     tap2(sink, l, "moe_logits", a->moe_logits, T, X);
     for (int64_t t = 0; t < T; t++) FN(softmax)(a->moe_probs + t * X, a->moe_logits + t * X, X);
     tap2(sink, l, "moe_probs", a->moe_probs, T, X);
@@ -526,14 +507,14 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
                 }
         if (n == 0) continue;
         // expert e = rows e*F .. e*F+F-1 of gate/up, e*E .. e*E+E-1 of down
-        if ((rc = matmul(r, a->up, a->xs, L->ffn_up_exps, NULL, e * F, n, E, F, err))) return rc;
-        if (L->ffn_gate_exps) {
-            if ((rc = matmul(r, a->gate, a->xs, L->ffn_gate_exps, NULL, e * F, n, E, F, err))) return rc;
+        if ((rc = matmul(r, a->up, a->xs, L->ffn.up_exps, NULL, e * F, n, E, F, err))) return rc;
+        if (L->ffn.gate_exps) {
+            if ((rc = matmul(r, a->gate, a->xs, L->ffn.gate_exps, NULL, e * F, n, E, F, err))) return rc;
             FN(swiglu)(a->act, a->gate, a->up, n * F);
         } else { // llama MoE without gate tensors: W_down . silu(W_up x)
             for (int64_t i = 0; i < n * F; i++) a->act[i] = a->up[i] / (1 + R_EXP(-a->up[i]));
         }
-        if ((rc = matmul(r, a->ys, a->act, L->ffn_down_exps, NULL, e * E, n, F, E, err))) return rc;
+        if ((rc = matmul(r, a->ys, a->act, L->ffn.down_exps, NULL, e * E, n, F, E, err))) return rc;
         for (int64_t i = 0; i < n; i++)
             memcpy(a->yk + ((int64_t)a->route_t[i] * K + a->route_j[i]) * E, a->ys + i * E, (size_t)E * sizeof(real));
     }
@@ -554,15 +535,20 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     const td_layer *L = &r->m->layers[l];
     ref_acts *a = &r->a;
     const int64_t E = r->hp.n_embd;
-    int rc;
+    int rc = TD_OK;
 
-    if ((rc = attention_block(r, l, T, sink, err))) return rc;
+    // the mixer of this block's kind (ref_open refused kinds not in layer_kinds)
+    switch (L->kind) {
+    case TD_LAYER_ATTENTION: rc = attention_block(r, l, T, sink, err); break;
+    case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
+    }
+    if (rc) return rc;
     for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
     tap2(sink, l, "ffn_inp", a->x, T, E);
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->ffn_norm, T, E, err))) return rc;
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->ffn.norm, T, E, err))) return rc;
     tap2(sink, l, "ffn_norm", a->xn, T, E);
-    rc = L->ffn_gate_inp ? ffn_moe(r, l, T, sink, err) : ffn_dense(r, l, T, sink, err);
+    rc = L->ffn.gate_inp ? ffn_moe(r, l, T, sink, err) : ffn_dense(r, l, T, sink, err);
     if (rc) return rc;
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
@@ -578,32 +564,13 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
     const int64_t E = hp->n_embd, V = hp->n_vocab;
     int rc;
 
-    if (T < 1) return td_err_set(err, TD_EINPUT, REF_NAME ": a forward needs at least one token, got %lld", (long long)T);
-    if (pos0 != r->n_past)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": positions must continue the sequence: expected pos0 = %lld, got %lld "
-                                   "(reset to start a new sequence)",
-                          (long long)r->n_past, (long long)pos0);
-    if (pos0 + T > r->n_ctx)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
-                          (long long)r->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
-    for (int64_t t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return td_err_set(err, TD_EINPUT, REF_NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
-                              (long long)t, tokens[t], (long long)V);
+    if ((rc = td_fwd_check_step(REF_NAME, tokens, T, pos0, r->n_past, r->n_ctx, V, err))) return rc;
 
     acts_ensure(r, T);
     kv_ensure(r, pos0 + T);
     ref_acts *a = &r->a;
-    for (int64_t t = 0; t < T; t++) {
-        a->tok32[t] = tokens[t];
-        a->pos[t] = pos0 + t;
-        a->pos32[t] = (int32_t)(pos0 + t);
-    }
-    const int64_t shape_t[1] = {T};
-    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, a->tok32, 1, shape_t);
-    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, a->pos32, 1, shape_t);
+    for (int64_t t = 0; t < T; t++) a->pos[t] = pos0 + t;
+    td_fwd_tap_inputs(sink, tokens, T, pos0, a->pos32);
 
     // embedding lookup: row `token` of token_embd
     for (int64_t t = 0; t < T; t++)
@@ -622,15 +589,8 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
 
     // the step succeeded: commit its positions and tokens
     r->n_past = pos0 + T;
-    for (int64_t t = 0; t < T; t++) {
-        if (r->n_hist == TD_REF_HIST_W) {
-            memmove(r->hist, r->hist + 1, (TD_REF_HIST_W - 1) * sizeof r->hist[0]);
-            r->n_hist--;
-        }
-        r->hist[r->n_hist++] = tokens[t];
-    }
-    const int64_t shape_w[1] = {r->n_hist};
-    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, r->hist, 1, shape_w);
+    td_hist_push(&r->hist, tokens, T);
+    td_hist_tap(&r->hist, sink);
     return TD_OK;
 }
 
@@ -641,7 +601,7 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
 static void ref_reset(td_backend *b) {
     ref_backend *r = (ref_backend *)b;
     r->n_past = 0;
-    r->n_hist = 0;
+    td_hist_reset(&r->hist);
 }
 
 static void ref_close(td_backend *b) {
@@ -662,17 +622,8 @@ static const char *ref_version(const td_backend *b) {
     return "tapdiff " TD_VERSION " (" TD_GIT_REV ") reference, scalar " REF_PRECISION;
 }
 
-/* A matrix the forward reads: present, rows of n_in values, at least n_rows rows. */
 static int check_matrix(const td_tensor *t, const char *what, int l, int64_t n_in, int64_t n_rows, td_err *err) {
-    if (!t && l < 0) return td_err_set(err, TD_EINPUT, REF_NAME ": the model has no %s tensor", what);
-    if (!t) return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d has no %s tensor", l, what);
-    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, "
-                                   "%llu rows",
-                          t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
-                          (unsigned long long)t->n_rows);
-    return TD_OK;
+    return td_fwd_check_matrix(REF_NAME, t, what, l, n_in, n_rows, err);
 }
 
 /* Checks what the forward relies on, so that a model built by other code than
@@ -680,20 +631,9 @@ static int check_matrix(const td_tensor *t, const char *what, int l, int64_t n_i
 static int check_model(const td_model *m, td_err *err) {
     const td_hparams *hp = &m->hp;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
-    const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab;
-    if (hp->arch != TD_ARCH_LLAMA && hp->arch != TD_ARCH_QWEN3 && hp->arch != TD_ARCH_QWEN3MOE)
-        return td_err_set(err, TD_EINPUT, REF_NAME ": architecture %s is not supported", td_arch_name(hp->arch));
-    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
-        return td_err_set(err, TD_EINPUT,
-                          REF_NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
-                          (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
-    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
-        return td_err_set(err, TD_EINPUT, REF_NAME ": rope dims R=%u must be even and <= head dim %lld", hp->rope_dims,
-                          (long long)D);
-    if (X > 0 && (K < 1 || K > X))
-        return td_err_set(err, TD_EINPUT, REF_NAME ": expert_used_count %lld must be in 1..expert_count %lld",
-                          (long long)K, (long long)X);
+    const int64_t X = hp->n_expert, V = hp->n_vocab;
     int rc;
+    if ((rc = td_fwd_check_model(REF_NAME, FN(backend).layer_kinds, m, err))) return rc;
     if ((rc = check_matrix(m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output, "output", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output_norm, "output_norm", -1, E, 1, err))) return rc;
@@ -701,33 +641,33 @@ static int check_model(const td_model *m, td_err *err) {
     for (uint32_t i = 0; i < hp->n_layer; i++) {
         const td_layer *L = &m->layers[i];
         const int l = (int)i;
-        if ((rc = check_matrix(L->attn_norm, "attn_norm", l, E, 1, err))) return rc;
-        if (L->wqkv) {
-            if ((rc = check_matrix(L->wqkv, "attn_qkv", l, E, (H + 2 * Hkv) * D, err))) return rc;
-            if (L->bqkv && (rc = check_matrix(L->bqkv, "attn_qkv.bias", l, (H + 2 * Hkv) * D, 1, err))) return rc;
+        if ((rc = check_matrix(L->attn.norm, "attn_norm", l, E, 1, err))) return rc;
+        if (L->attn.wqkv) {
+            if ((rc = check_matrix(L->attn.wqkv, "attn_qkv", l, E, (H + 2 * Hkv) * D, err))) return rc;
+            if (L->attn.bqkv && (rc = check_matrix(L->attn.bqkv, "attn_qkv.bias", l, (H + 2 * Hkv) * D, 1, err))) return rc;
         } else {
-            if ((rc = check_matrix(L->wq, "attn_q", l, E, H * D, err))) return rc;
-            if ((rc = check_matrix(L->wk, "attn_k", l, E, Hkv * D, err))) return rc;
-            if ((rc = check_matrix(L->wv, "attn_v", l, E, Hkv * D, err))) return rc;
-            if (L->bq && (rc = check_matrix(L->bq, "attn_q.bias", l, H * D, 1, err))) return rc;
-            if (L->bk && (rc = check_matrix(L->bk, "attn_k.bias", l, Hkv * D, 1, err))) return rc;
-            if (L->bv && (rc = check_matrix(L->bv, "attn_v.bias", l, Hkv * D, 1, err))) return rc;
+            if ((rc = check_matrix(L->attn.wq, "attn_q", l, E, H * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wk, "attn_k", l, E, Hkv * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wv, "attn_v", l, E, Hkv * D, err))) return rc;
+            if (L->attn.bq && (rc = check_matrix(L->attn.bq, "attn_q.bias", l, H * D, 1, err))) return rc;
+            if (L->attn.bk && (rc = check_matrix(L->attn.bk, "attn_k.bias", l, Hkv * D, 1, err))) return rc;
+            if (L->attn.bv && (rc = check_matrix(L->attn.bv, "attn_v.bias", l, Hkv * D, 1, err))) return rc;
         }
-        if ((rc = check_matrix(L->wo, "attn_output", l, H * D, E, err))) return rc;
-        if (L->bo && (rc = check_matrix(L->bo, "attn_output.bias", l, E, 1, err))) return rc;
-        if (L->q_norm && (rc = check_matrix(L->q_norm, "attn_q_norm", l, D, 1, err))) return rc;
-        if (L->k_norm && (rc = check_matrix(L->k_norm, "attn_k_norm", l, D, 1, err))) return rc;
-        if ((rc = check_matrix(L->ffn_norm, "ffn_norm", l, E, 1, err))) return rc;
-        if (L->ffn_gate_inp) {
+        if ((rc = check_matrix(L->attn.wo, "attn_output", l, H * D, E, err))) return rc;
+        if (L->attn.bo && (rc = check_matrix(L->attn.bo, "attn_output.bias", l, E, 1, err))) return rc;
+        if (L->attn.q_norm && (rc = check_matrix(L->attn.q_norm, "attn_q_norm", l, D, 1, err))) return rc;
+        if (L->attn.k_norm && (rc = check_matrix(L->attn.k_norm, "attn_k_norm", l, D, 1, err))) return rc;
+        if ((rc = check_matrix(L->ffn.norm, "ffn_norm", l, E, 1, err))) return rc;
+        if (L->ffn.gate_inp) {
             if (X < 1) return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d has a router but expert_count is 0", l);
-            if ((rc = check_matrix(L->ffn_gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
-            if ((rc = check_matrix(L->ffn_up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
-            if (L->ffn_gate_exps && (rc = check_matrix(L->ffn_gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
-            if ((rc = check_matrix(L->ffn_down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+            if ((rc = check_matrix(L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+            if ((rc = check_matrix(L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+            if (L->ffn.gate_exps && (rc = check_matrix(L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
+            if ((rc = check_matrix(L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
         } else {
-            if ((rc = check_matrix(L->ffn_gate, "ffn_gate", l, E, F, err))) return rc;
-            if ((rc = check_matrix(L->ffn_up, "ffn_up", l, E, F, err))) return rc;
-            if ((rc = check_matrix(L->ffn_down, "ffn_down", l, F, E, err))) return rc;
+            if ((rc = check_matrix(L->ffn.gate, "ffn_gate", l, E, F, err))) return rc;
+            if ((rc = check_matrix(L->ffn.up, "ffn_up", l, E, F, err))) return rc;
+            if ((rc = check_matrix(L->ffn.down, "ffn_down", l, F, E, err))) return rc;
         }
     }
     return TD_OK;
@@ -748,6 +688,8 @@ const td_backend_vt FN(backend) = {
     .close = ref_close,
     .version = ref_version,
     .profile_of = ref_profile_of,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
+    .faults = 0, // the oracle carries no bug on purpose
 };
 
 static int ref_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {

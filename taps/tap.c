@@ -51,7 +51,7 @@
 // Chunks of about this size: whole rows where a row fits (the reader
 // streams by rows), inside HDF5's default 1 MiB chunk cache.
 #define CHUNK_TARGET_BYTES (256u * 1024u)
-// hist.tokens' window: the reference's (reference_impl.h TD_REF_HIST_W).
+// hist.tokens' window: the forwards' (backends/forward.h TD_HIST_W).
 #define HIST_W 16
 
 struct td_tap_sink {

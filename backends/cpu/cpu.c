@@ -28,9 +28,9 @@
 
 #include "cpu.h"
 #include "cpu_kernels.h"
-#include "faults.h"
+#include "cpu_faults.h"
+#include "forward.h"
 #include "pool.h"
-#include "reference.h" /* TD_REF_HIST_W: hist.tokens has the reference's width */
 #include "profile.h"   /* td_act_format: the act-q8 formats */
 #include "td_config.h"
 
@@ -95,7 +95,7 @@ typedef struct cpu_acts {
     int32_t *route_t, *route_j; // (T*K) token and rank slot of each grouped row
     int64_t *estart, *ecount;   // (X) first grouped row and row count of each expert
     float *rope_c, *rope_s;  // (T, R/2) m*cos, m*sin of each token's angles
-    int32_t *tok32, *pos32;  // (T)
+    int32_t *pos32;          // (T)
 } cpu_acts;
 
 /* One matrix product: y[t][o] (row stride ldy) = x[t] . W[row0 + o] (+ bias[o])
@@ -122,7 +122,7 @@ typedef struct cpu_backend {
     td_cpu_kernels k;
     td_cpu_pool *pool;
     int n_threads;
-    int fault;       // td_cpu_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
+    int fault;       // td_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
     int64_t n_fwd;   // forwards since open/reset: the step index stale_token counts
     int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
     unsigned fmts_xn, fmts_ctx, fmts_act, fmts_xs; // FMT_* each input needs (its weights' types)
@@ -139,8 +139,7 @@ typedef struct cpu_backend {
     float **att;                // per thread (kv_cap) attention scores
     mm_seg *segs;               // job scratch
     int max_segs;
-    int64_t hist[TD_REF_HIST_W];
-    int64_t n_hist;
+    td_hist hist;
     cpu_acts a;
     char version[320];
 } cpu_backend;
@@ -557,14 +556,14 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     in_prepare(b, &a->xn, 0, T);
 
     int n = 0;
-    if (L->wqkv) { // fused: output rows are [Q; K; V]
-        seg_add(b, &n, L->wqkv, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
-        seg_add(b, &n, L->wqkv, HD, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
-        seg_add(b, &n, L->wqkv, HD + KD, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+    if (L->attn.wqkv) { // fused: output rows are [Q; K; V]
+        seg_add(b, &n, L->attn.wqkv, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
+        seg_add(b, &n, L->attn.wqkv, HD, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
+        seg_add(b, &n, L->attn.wqkv, HD + KD, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
     } else {
-        seg_add(b, &n, L->wq, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
-        seg_add(b, &n, L->wk, 0, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
-        seg_add(b, &n, L->wv, 0, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+        seg_add(b, &n, L->attn.wq, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
+        seg_add(b, &n, L->attn.wk, 0, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
+        seg_add(b, &n, L->attn.wv, 0, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
     }
     mm_run(b, n);
     tap2(sink, l, "attn_q", a->q, T, HD);
@@ -593,7 +592,7 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     tap2(sink, l, "attn_ctx", a->ctx.x, T, HD);
 
     in_prepare(b, &a->ctx, 0, T);
-    matmul(b, a->proj, &a->ctx, L->wo, 0, E, T, CL->bo);
+    matmul(b, a->proj, &a->ctx, L->attn.wo, 0, E, T, CL->bo);
     tap2(sink, l, "attn_out", a->proj, T, E);
 }
 
@@ -603,33 +602,15 @@ static void ffn_dense(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     cpu_acts *a = &b->a;
     const int64_t E = b->hp.n_embd, F = b->hp.n_ff;
     int n = 0;
-    seg_add(b, &n, L->ffn_gate, 0, F, &a->xn, 0, T, a->gate, F, NULL, 1);
-    seg_add(b, &n, L->ffn_up, 0, F, &a->xn, 0, T, a->up, F, NULL, 1);
+    seg_add(b, &n, L->ffn.gate, 0, F, &a->xn, 0, T, a->gate, F, NULL, 1);
+    seg_add(b, &n, L->ffn.up, 0, F, &a->xn, 0, T, a->up, F, NULL, 1);
     mm_run(b, n);
     tap2(sink, l, "ffn_gate", a->gate, T, F);
     tap2(sink, l, "ffn_up", a->up, T, F);
     par_act(b, a->act.x, a->gate, a->up, T, F);
     tap2(sink, l, "ffn_act", a->act.x, T, F);
     in_prepare(b, &a->act, 0, T);
-    matmul(b, a->proj, &a->act, L->ffn_down, 0, E, T, NULL);
-}
-
-/* top-K of probs (X), largest first; among equal probabilities the lower
- * index ranks first; weights renormalised by max(sum, 2^-14) (primitives §5) */
-static void moe_route(int32_t *topk, float *w, const float *probs, int64_t X, int64_t K) {
-    for (int64_t j = 0; j < K; j++) {
-        int64_t best = -1;
-        for (int64_t e = 0; e < X; e++) {
-            int taken = 0;
-            for (int64_t i = 0; i < j; i++) taken |= topk[i] == e;
-            if (!taken && (best < 0 || probs[e] > probs[best])) best = e;
-        }
-        topk[j] = (int32_t)best;
-    }
-    float sum = 0;
-    for (int64_t j = 0; j < K; j++) sum += probs[topk[j]];
-    const float z = sum > 0x1p-14f ? sum : 0x1p-14f;
-    for (int64_t j = 0; j < K; j++) w[j] = probs[topk[j]] / z;
+    matmul(b, a->proj, &a->act, L->ffn.down, 0, E, T, NULL);
 }
 
 /* softmax-routed MoE: a->xn (T, E) -> a->proj (T, E). The (token, slot)
@@ -644,17 +625,15 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     // the router always takes the dot path: identical router rows then give
     // bitwise identical logits, so planted ties stay ties
     int n = 0;
-    seg_add(b, &n, L->ffn_gate_inp, 0, X, &a->xn, 0, T, a->moe_logits, X, NULL, 0);
+    seg_add(b, &n, L->ffn.gate_inp, 0, X, &a->xn, 0, T, a->moe_logits, X, NULL, 0);
     mm_run(b, n);
     tap2(sink, l, "moe_logits", a->moe_logits, T, X);
     for (int64_t t = 0; t < T; t++) softmax_f32(a->moe_probs + t * X, a->moe_logits + t * X, X);
     tap2(sink, l, "moe_probs", a->moe_probs, T, X);
-    if (b->fault == TD_FAULT_ROUTER_TIEBREAK || b->fault == TD_FAULT_MOE_NO_RENORM)
-        for (int64_t t = 0; t < T; t++)
-            td_cpu_fault_moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K,
-                                   b->fault == TD_FAULT_ROUTER_TIEBREAK, b->fault != TD_FAULT_MOE_NO_RENORM);
-    else
-        for (int64_t t = 0; t < T; t++) moe_route(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K);
+    const unsigned route = (b->fault == TD_FAULT_ROUTER_TIEBREAK ? TD_ROUTE_TIE_HIGH : 0u) |
+                           (b->fault == TD_FAULT_MOE_NO_RENORM ? TD_ROUTE_NO_RENORM : 0u);
+    for (int64_t t = 0; t < T; t++)
+        td_moe_route_f32(a->moe_topk + t * K, a->moe_w + t * K, a->moe_probs + t * X, X, K, route);
     const int64_t shape_tk[2] = {T, K};
     TD_TAP(sink, l, "moe_topk", TD_DT_I32, a->moe_topk, 2, shape_tk);
     tap2(sink, l, "moe_weights", a->moe_w, T, K);
@@ -675,12 +654,12 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
         if (!ne) continue;
         in_prepare(b, &a->xs, r0, ne);
         // expert e = rows e*F .. e*F+F-1 of gate/up
-        seg_add(b, &n, L->ffn_up_exps, e * F, F, &a->xs, r0, ne, a->up + r0 * F, F, NULL, 1);
-        if (L->ffn_gate_exps) seg_add(b, &n, L->ffn_gate_exps, e * F, F, &a->xs, r0, ne, a->gate + r0 * F, F, NULL, 1);
+        seg_add(b, &n, L->ffn.up_exps, e * F, F, &a->xs, r0, ne, a->up + r0 * F, F, NULL, 1);
+        if (L->ffn.gate_exps) seg_add(b, &n, L->ffn.gate_exps, e * F, F, &a->xs, r0, ne, a->gate + r0 * F, F, NULL, 1);
     }
     mm_run(b, n);
     // llama MoE without gate tensors: W_down . silu(W_up x)
-    par_act(b, a->act.x, L->ffn_gate_exps ? a->gate : NULL, a->up, rows, F);
+    par_act(b, a->act.x, L->ffn.gate_exps ? a->gate : NULL, a->up, rows, F);
     in_prepare(b, &a->act, 0, rows);
 
     // expert e = rows e*E .. e*E+E-1 of ffn_down_exps
@@ -688,7 +667,7 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     for (int64_t e = 0; e < X; e++) {
         const int64_t r0 = a->estart[e];
         if (a->ecount[e])
-            seg_add(b, &n, L->ffn_down_exps, e * E, E, &a->act, r0, a->ecount[e], a->ys + r0 * E, E, NULL, 1);
+            seg_add(b, &n, L->ffn.down_exps, e * E, E, &a->act, r0, a->ecount[e], a->ys + r0 * E, E, NULL, 1);
     }
     mm_run(b, n);
 
@@ -710,7 +689,11 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     cpu_acts *a = &b->a;
     const int64_t E = b->hp.n_embd;
 
-    attention_block(b, l, T, pos0, sink);
+    // the mixer of this block's kind (open refused kinds not listed in layer_kinds)
+    switch (L->kind) {
+    case TD_LAYER_ATTENTION: attention_block(b, l, T, pos0, sink); break;
+    case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
+    }
     if (b->fault == TD_FAULT_RESIDUAL_SKIP &&
         l == (b->hp.n_layer > TD_FAULT_RESIDUAL_LAYER ? TD_FAULT_RESIDUAL_LAYER : 0))
         memcpy(a->x, a->proj, (size_t)(T * E) * sizeof(float));
@@ -721,7 +704,7 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     par_rmsnorm(b, a->xn.x, a->x, b->layers[l].ffn_norm, T, E);
     tap2(sink, l, "ffn_norm", a->xn.x, T, E);
     in_prepare(b, &a->xn, 0, T);
-    if (L->ffn_gate_inp) ffn_moe(b, l, T, sink);
+    if (L->ffn.gate_inp) ffn_moe(b, l, T, sink); // the router is bound: a MoE FFN
     else ffn_dense(b, l, T, sink);
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
@@ -734,7 +717,7 @@ static void acts_free(cpu_acts *a) {
     in_free(&a->xn), in_free(&a->ctx), in_free(&a->act), in_free(&a->xs);
     free(a->proj), free(a->gate), free(a->up), free(a->logits);
     free(a->moe_logits), free(a->moe_probs), free(a->moe_topk), free(a->moe_w);
-    free(a->ys), free(a->route_t), free(a->route_j), free(a->rope_c), free(a->rope_s), free(a->tok32);
+    free(a->ys), free(a->route_t), free(a->route_j), free(a->rope_c), free(a->rope_s);
     free(a->pos32), free(a->estart), free(a->ecount);
     memset(a, 0, sizeof *a);
 }
@@ -762,7 +745,6 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
     a->logits = td_xcalloc(n * V, fs);
     a->rope_c = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
     a->rope_s = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
-    a->tok32 = td_xcalloc(n, sizeof(int32_t));
     a->pos32 = td_xcalloc(n, sizeof(int32_t));
     if (X) {
         a->moe_logits = td_xcalloc(n * X, fs);
@@ -799,19 +781,8 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     const td_hparams *hp = &b->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
 
-    if (T < 1) return td_err_set(err, TD_EINPUT, NAME ": a forward needs at least one token, got %lld", (long long)T);
-    if (pos0 != b->n_past)
-        return td_err_set(err, TD_EINPUT,
-                          NAME ": positions must continue the sequence: expected pos0 = %lld, got %lld "
-                               "(reset to start a new sequence)",
-                          (long long)b->n_past, (long long)pos0);
-    if (pos0 + T > b->n_ctx)
-        return td_err_set(err, TD_EINPUT, NAME ": KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
-                          (long long)b->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
-    for (int64_t t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= V)
-            return td_err_set(err, TD_EINPUT, NAME ": token %lld of the step is id %d; the vocabulary has %lld ids",
-                              (long long)t, tokens[t], (long long)V);
+    int rc = td_fwd_check_step(NAME, tokens, T, pos0, b->n_past, b->n_ctx, V, err);
+    if (rc) return rc;
 
     int32_t stale[1] = {0}; // stale_token: this decode step consumes token 0
     if (b->fault == TD_FAULT_STALE_TOKEN && b->n_fwd == TD_FAULT_STALE_STEP && T == 1) tokens = stale;
@@ -819,12 +790,7 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     acts_ensure(b, T);
     kv_ensure(b, pos0 + T);
     cpu_acts *a = &b->a;
-    for (int64_t t = 0; t < T; t++) {
-        a->tok32[t] = tokens[t];
-        a->pos32[t] = (int32_t)(pos0 + t);
-    }
-    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, a->tok32, 1, &T);
-    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, a->pos32, 1, &T);
+    td_fwd_tap_inputs(sink, tokens, T, pos0, a->pos32);
 
     const td_tensor *emb = b->m->tok_embd;
     for (int64_t t = 0; t < T; t++)
@@ -843,14 +809,8 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     for (int64_t i = 0; i < T * V; i++) logits[i] = (double)a->logits[i];
 
     b->n_past = pos0 + T;
-    for (int64_t t = 0; t < T; t++) {
-        if (b->n_hist == TD_REF_HIST_W) {
-            memmove(b->hist, b->hist + 1, (TD_REF_HIST_W - 1) * sizeof b->hist[0]);
-            b->n_hist--;
-        }
-        b->hist[b->n_hist++] = tokens[t];
-    }
-    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, b->hist, 1, &b->n_hist);
+    td_hist_push(&b->hist, tokens, T);
+    td_hist_tap(&b->hist, sink);
     return TD_OK;
 }
 
@@ -861,7 +821,7 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
 static void cpu_reset(td_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     b->n_past = 0;
-    b->n_hist = 0;
+    td_hist_reset(&b->hist);
     b->n_fwd = 0;
 }
 
@@ -895,13 +855,8 @@ static const char *cpu_version(const td_backend *base) {
  * and a type the kernels can read. */
 static int check_matrix(const td_cpu_kernels *k, const td_tensor *t, const char *what, int l, int64_t n_in,
                         int64_t n_rows, td_err *err) {
-    if (!t && l < 0) return td_err_set(err, TD_EINPUT, NAME ": the model has no %s tensor", what);
-    if (!t) return td_err_set(err, TD_EINPUT, NAME ": layer %d has no %s tensor", l, what);
-    if (t->ne[0] != n_in || t->n_rows < (uint64_t)n_rows)
-        return td_err_set(err, TD_EINPUT,
-                          NAME ": tensor %s: expected rows of %lld values, at least %lld rows; found ne[0] = %lld, %llu rows",
-                          t->cname, (long long)n_in, (long long)n_rows, (long long)t->ne[0],
-                          (unsigned long long)t->n_rows);
+    int rc = td_fwd_check_matrix(NAME, t, what, l, n_in, n_rows, err);
+    if (rc) return rc;
     if (t->type < 0 || t->type >= TD_TYPE_COUNT || !k->type[t->type].to_f32)
         return td_err_set(err, TD_EINPUT, NAME ": tensor %s: type %s has no decoder (expected a ggml weight type)",
                           t->cname, td_type_name(t->type));
@@ -931,19 +886,9 @@ static int load_model(cpu_backend *b, td_err *err) {
     const td_hparams *hp = &b->hp;
     const td_cpu_kernels *k = &b->k;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
-    const int64_t X = hp->n_expert, K = hp->n_expert_used, V = hp->n_vocab, HD = H * D, KD = Hkv * D;
+    const int64_t X = hp->n_expert, V = hp->n_vocab, HD = H * D, KD = Hkv * D;
     int rc;
-    if (hp->arch != TD_ARCH_LLAMA && hp->arch != TD_ARCH_QWEN3 && hp->arch != TD_ARCH_QWEN3MOE)
-        return td_err_set(err, TD_EINPUT, NAME ": architecture %s is not supported", td_arch_name(hp->arch));
-    if (E < 1 || H < 1 || Hkv < 1 || D < 1 || V < 1 || H % Hkv)
-        return td_err_set(err, TD_EINPUT, NAME ": bad hyper-parameters: E=%lld H=%lld Hkv=%lld D=%lld V=%lld (Hkv must divide H)",
-                          (long long)E, (long long)H, (long long)Hkv, (long long)D, (long long)V);
-    if (hp->rope_dims % 2 || hp->rope_dims > hp->head_dim)
-        return td_err_set(err, TD_EINPUT, NAME ": rope dims R=%u must be even and <= head dim %lld", hp->rope_dims,
-                          (long long)D);
-    if (X > 0 && (K < 1 || K > X))
-        return td_err_set(err, TD_EINPUT, NAME ": expert_used_count %lld must be in 1..expert_count %lld", (long long)K,
-                          (long long)X);
+    if ((rc = td_fwd_check_model(NAME, td_cpu_backend.layer_kinds, m, err))) return rc;
     if ((rc = check_matrix(k, m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(k, m->output, "output", -1, E, V, err))) return rc;
     if ((rc = load_vec(k, &b->out_norm, m->output_norm, "output_norm", -1, 0, E, err))) return rc;
@@ -955,38 +900,38 @@ static int load_model(cpu_backend *b, td_err *err) {
         const td_layer *L = &m->layers[i];
         cpu_layer *C = &b->layers[i];
         const int l = (int)i;
-        if ((rc = load_vec(k, &C->attn_norm, L->attn_norm, "attn_norm", l, 0, E, err))) return rc;
-        if ((rc = load_vec(k, &C->ffn_norm, L->ffn_norm, "ffn_norm", l, 0, E, err))) return rc;
+        if ((rc = load_vec(k, &C->attn_norm, L->attn.norm, "attn_norm", l, 0, E, err))) return rc;
+        if ((rc = load_vec(k, &C->ffn_norm, L->ffn.norm, "ffn_norm", l, 0, E, err))) return rc;
         if (!C->attn_norm || !C->ffn_norm)
             return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks %s", l, C->attn_norm ? "ffn_norm" : "attn_norm");
-        if ((rc = load_vec(k, &C->q_norm, L->q_norm, "attn_q_norm", l, 0, D, err))) return rc;
-        if ((rc = load_vec(k, &C->k_norm, L->k_norm, "attn_k_norm", l, 0, D, err))) return rc;
-        if (L->wqkv) {
-            if ((rc = check_matrix(k, L->wqkv, "attn_qkv", l, E, HD + 2 * KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bq, L->bqkv, "attn_qkv.bias", l, 0, HD, err))) return rc;
-            if ((rc = load_vec(k, &C->bk, L->bqkv, "attn_qkv.bias", l, HD, KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bv, L->bqkv, "attn_qkv.bias", l, HD + KD, KD, err))) return rc;
+        if ((rc = load_vec(k, &C->q_norm, L->attn.q_norm, "attn_q_norm", l, 0, D, err))) return rc;
+        if ((rc = load_vec(k, &C->k_norm, L->attn.k_norm, "attn_k_norm", l, 0, D, err))) return rc;
+        if (L->attn.wqkv) {
+            if ((rc = check_matrix(k, L->attn.wqkv, "attn_qkv", l, E, HD + 2 * KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bq, L->attn.bqkv, "attn_qkv.bias", l, 0, HD, err))) return rc;
+            if ((rc = load_vec(k, &C->bk, L->attn.bqkv, "attn_qkv.bias", l, HD, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bv, L->attn.bqkv, "attn_qkv.bias", l, HD + KD, KD, err))) return rc;
         } else {
-            if ((rc = check_matrix(k, L->wq, "attn_q", l, E, HD, err))) return rc;
-            if ((rc = check_matrix(k, L->wk, "attn_k", l, E, KD, err))) return rc;
-            if ((rc = check_matrix(k, L->wv, "attn_v", l, E, KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bq, L->bq, "attn_q.bias", l, 0, HD, err))) return rc;
-            if ((rc = load_vec(k, &C->bk, L->bk, "attn_k.bias", l, 0, KD, err))) return rc;
-            if ((rc = load_vec(k, &C->bv, L->bv, "attn_v.bias", l, 0, KD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wq, "attn_q", l, E, HD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wk, "attn_k", l, E, KD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wv, "attn_v", l, E, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bq, L->attn.bq, "attn_q.bias", l, 0, HD, err))) return rc;
+            if ((rc = load_vec(k, &C->bk, L->attn.bk, "attn_k.bias", l, 0, KD, err))) return rc;
+            if ((rc = load_vec(k, &C->bv, L->attn.bv, "attn_v.bias", l, 0, KD, err))) return rc;
         }
-        if ((rc = check_matrix(k, L->wo, "attn_output", l, HD, E, err))) return rc;
-        if ((rc = load_vec(k, &C->bo, L->bo, "attn_output.bias", l, 0, E, err))) return rc;
-        if (L->ffn_gate_inp) {
+        if ((rc = check_matrix(k, L->attn.wo, "attn_output", l, HD, E, err))) return rc;
+        if ((rc = load_vec(k, &C->bo, L->attn.bo, "attn_output.bias", l, 0, E, err))) return rc;
+        if (L->ffn.gate_inp) {
             if (X < 1) return td_err_set(err, TD_EINPUT, NAME ": layer %d has a router but expert_count is 0", l);
-            if ((rc = check_matrix(k, L->ffn_gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn_up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
-            if (L->ffn_gate_exps && (rc = check_matrix(k, L->ffn_gate_exps, "ffn_gate_exps", l, E, X * F, err)))
+            if ((rc = check_matrix(k, L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+            if (L->ffn.gate_exps && (rc = check_matrix(k, L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err)))
                 return rc;
-            if ((rc = check_matrix(k, L->ffn_down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
         } else {
-            if ((rc = check_matrix(k, L->ffn_gate, "ffn_gate", l, E, F, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn_up, "ffn_up", l, E, F, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn_down, "ffn_down", l, F, E, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.gate, "ffn_gate", l, E, F, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.up, "ffn_up", l, E, F, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.down, "ffn_down", l, F, E, err))) return rc;
         }
     }
     return TD_OK;
@@ -1000,11 +945,11 @@ static void plan_formats(cpu_backend *b) {
     b->fmts_xn = FMT(m->output);
     for (uint32_t i = 0; i < b->hp.n_layer; i++) {
         const td_layer *L = &m->layers[i];
-        b->fmts_xn |= FMT(L->wq) | FMT(L->wk) | FMT(L->wv) | FMT(L->wqkv) | FMT(L->ffn_gate) | FMT(L->ffn_up) |
-                      FMT(L->ffn_gate_inp);
-        b->fmts_ctx |= FMT(L->wo);
-        b->fmts_act |= FMT(L->ffn_down) | FMT(L->ffn_down_exps);
-        b->fmts_xs |= FMT(L->ffn_up_exps) | FMT(L->ffn_gate_exps);
+        b->fmts_xn |= FMT(L->attn.wq) | FMT(L->attn.wk) | FMT(L->attn.wv) | FMT(L->attn.wqkv) | FMT(L->ffn.gate) | FMT(L->ffn.up) |
+                      FMT(L->ffn.gate_inp);
+        b->fmts_ctx |= FMT(L->attn.wo);
+        b->fmts_act |= FMT(L->ffn.down) | FMT(L->ffn.down_exps);
+        b->fmts_xs |= FMT(L->ffn.up_exps) | FMT(L->ffn.gate_exps);
     }
 #undef FMT
 }
@@ -1019,12 +964,18 @@ const td_backend_vt td_cpu_backend = {
     .reset = cpu_reset,
     .close = cpu_close,
     .version = cpu_version,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
+    .faults = TD_FAULT_BIT(TD_FAULT_ROPE_PAIRING) | TD_FAULT_BIT(TD_FAULT_STALE_TOKEN) |
+              TD_FAULT_BIT(TD_FAULT_RMSNORM_EPS) | TD_FAULT_BIT(TD_FAULT_ROUTER_TIEBREAK) |
+              TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
+              TD_FAULT_BIT(TD_FAULT_KV_POS) | TD_FAULT_BIT(TD_FAULT_GQA_MAP_MOD) | TD_FAULT_BIT(TD_FAULT_ATTN_SCALE) |
+              TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT),
 };
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
     *out = NULL;
-    td_cpu_fault fault;
-    if (td_cpu_fault_parse(p ? p->inject : NULL, &fault, err)) return TD_EINPUT;
+    td_fault fault;
+    if (td_fault_parse(NAME, p ? p->inject : NULL, &fault, err)) return TD_EINPUT;
     const char *profile = p && p->profile && p->profile[0] ? p->profile : "native";
     if (strcmp(profile, "native") && strcmp(profile, "act-q8"))
         return td_err_set(err, TD_EINPUT,
@@ -1107,7 +1058,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
 #endif
     if (fault) { // a run with a deliberate bug must say so wherever its version is recorded
         size_t len = strlen(b->version);
-        snprintf(b->version + len, sizeof b->version - len, " FAULT INJECTED: %s", td_cpu_fault_get(fault)->name);
+        snprintf(b->version + len, sizeof b->version - len, " FAULT INJECTED: %s", td_fault_get(fault)->name);
     }
     *out = &b->base;
     return TD_OK;

@@ -34,7 +34,8 @@
 #include <ggml.h>
 #include <llama.h>
 
-#include "reference.h" /* TD_REF_HIST_W: the same history window as the reference */
+#include "forward.h"
+#include "profile.h"
 #include "types.h"
 
 #ifndef TD_LLAMACPP_LIBDIR
@@ -436,8 +437,7 @@ typedef struct lc_backend {
     int64_t n_past; /* positions consumed so far */
     int64_t n_vocab;
     int threads;
-    int64_t hist[TD_REF_HIST_W];
-    int n_hist;
+    td_hist hist;
     char version[1024];
     lc_obs obs;
 } lc_backend;
@@ -801,6 +801,13 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     if (p && p->inject && p->inject[0])
         return td_err_set(err, TD_EINPUT, "%s: fault injection '%s' is not available in the llama.cpp peer", arm,
                           p->inject);
+    if ((rc = td_fwd_check_layers(arm, td_llamacpp_backend.layer_kinds, m, err))) return rc;
+    // the CPU arm computes one way: asking for it by its profile's name is fine
+    if (kind == LC_CPU && p && p->profile && p->profile[0] && strcmp(p->profile, "native") &&
+        strcmp(p->profile, "act-q8"))
+        return td_err_set(err, TD_EINPUT,
+                          "llamacpp: arithmetic profile '%s' is not llama.cpp's (it computes act-q8; native means the same)",
+                          p->profile);
     const char *path = m->gguf ? m->gguf->path : NULL;
     if (!path) return td_err_set(err, TD_EINPUT, "%s: the model has no file path to give llama.cpp", arm);
 
@@ -926,20 +933,8 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
 static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink,
                       double *logits, td_err *err) {
     lc_backend *s = (lc_backend *)b;
-    if (T < 1) return td_err_set(err, TD_EINPUT, "llamacpp: a forward needs at least one token, got %lld", (long long)T);
-    if (pos0 != s->n_past)
-        return td_err_set(err, TD_EINPUT,
-                          "llamacpp: positions must continue the sequence: expected pos0 = %lld, got %lld "
-                          "(reset to start a new sequence)",
-                          (long long)s->n_past, (long long)pos0);
-    if (pos0 + T > s->n_ctx)
-        return td_err_set(err, TD_EINPUT,
-                          "llamacpp: KV cache holds %lld positions (n_ctx); this step needs positions %lld..%lld",
-                          (long long)s->n_ctx, (long long)pos0, (long long)(pos0 + T - 1));
-    for (int64_t t = 0; t < T; t++)
-        if (tokens[t] < 0 || tokens[t] >= s->n_vocab)
-            return td_err_set(err, TD_EINPUT, "llamacpp: token %lld of the step is id %d; the vocabulary has %lld ids",
-                              (long long)t, tokens[t], (long long)s->n_vocab);
+    int rc = td_fwd_check_step("llamacpp", tokens, T, pos0, s->n_past, s->n_ctx, s->n_vocab, err);
+    if (rc) return rc;
 
     struct llama_batch *bt = &s->batch;
     bt->n_tokens = (int32_t)T;
@@ -950,11 +945,8 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
         bt->n_seq_id[t] = 1;
         bt->seq_id[t][0] = 0;
         bt->logits[t] = 1; // every position, else the last layer computes only the requested rows
-        pos32[t] = (int32_t)(pos0 + t);
     }
-    const int64_t shape_t[1] = {T};
-    TD_TAP(sink, -1, "inp.tokens", TD_DT_I32, tokens, 1, shape_t);
-    TD_TAP(sink, -1, "inp.pos", TD_DT_I32, pos32, 1, shape_t);
+    td_fwd_tap_inputs(sink, tokens, T, pos0, pos32);
     free(pos32);
 
     lc_obs *o = &s->obs;
@@ -986,15 +978,8 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
 
     // the step succeeded: commit its positions and the token history
     s->n_past = pos0 + T;
-    for (int64_t t = 0; t < T; t++) {
-        if (s->n_hist == TD_REF_HIST_W) {
-            memmove(s->hist, s->hist + 1, (TD_REF_HIST_W - 1) * sizeof s->hist[0]);
-            s->n_hist--;
-        }
-        s->hist[s->n_hist++] = tokens[t];
-    }
-    const int64_t shape_w[1] = {s->n_hist};
-    TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, s->hist, 1, shape_w);
+    td_hist_push(&s->hist, tokens, T);
+    td_hist_tap(&s->hist, sink);
     return TD_OK;
 }
 
@@ -1002,7 +987,7 @@ static void lc_reset(td_backend *b) {
     lc_backend *s = (lc_backend *)b;
     llama_memory_clear(llama_get_memory(s->lctx), true);
     s->n_past = 0;
-    s->n_hist = 0;
+    td_hist_reset(&s->hist);
 }
 
 static const char *lc_version(const td_backend *b) {
@@ -1051,6 +1036,7 @@ const td_backend_vt td_llamacpp_backend = {
     .profile = "act-q8",
     .profile_of = lc_profile_of,
     .probe = lc_probe,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION), // the node mapping knows attention blocks only
 };
 
 /* The same adapter on llama.cpp's Vulkan backend (any Vulkan device,
@@ -1068,6 +1054,7 @@ const td_backend_vt td_llamacpp_vulkan_backend = {
     .profile = "attn-f16+mm-f16@8",
     .profile_of = lc_profile_of,
     .probe = lc_probe_vulkan,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
 };
 
 /* ... and on llama.cpp's CUDA backend (fetched with --cuda only). */
@@ -1082,4 +1069,5 @@ const td_backend_vt td_llamacpp_cuda_backend = {
     .profile = "attn-f16+act-q8_1@0+mm-f16@8",
     .profile_of = lc_profile_of,
     .probe = lc_probe_cuda,
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
 };

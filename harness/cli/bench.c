@@ -154,12 +154,13 @@ static double decode_weight_bytes(const td_model *m) {
     double bytes = (double)m->tok_embd->row_bytes + (double)m->output->nbytes + (double)m->output_norm->nbytes;
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const td_layer *L = &m->layers[l];
-        const td_tensor *dense[] = {L->attn_norm, L->wq,     L->wk,         L->wv,       L->wqkv,    L->bq,
-                                    L->bk,        L->bv,     L->bqkv,       L->wo,       L->bo,      L->q_norm,
-                                    L->k_norm,    L->ffn_norm, L->ffn_gate, L->ffn_up,   L->ffn_down, L->ffn_gate_inp};
+        const td_tensor *dense[] = {L->attn.norm,   L->attn.wq,     L->attn.wk,   L->attn.wv,     L->attn.wqkv,
+                                    L->attn.bq,     L->attn.bk,     L->attn.bv,   L->attn.bqkv,   L->attn.wo,
+                                    L->attn.bo,     L->attn.q_norm, L->attn.k_norm, L->ffn.norm,  L->ffn.gate,
+                                    L->ffn.up,      L->ffn.down,    L->ffn.gate_inp};
         for (size_t i = 0; i < sizeof dense / sizeof dense[0]; i++)
             if (dense[i]) bytes += (double)dense[i]->nbytes;
-        const td_tensor *exps[] = {L->ffn_gate_exps, L->ffn_up_exps, L->ffn_down_exps};
+        const td_tensor *exps[] = {L->ffn.gate_exps, L->ffn.up_exps, L->ffn.down_exps};
         for (size_t i = 0; i < 3; i++)
             if (exps[i] && hp->n_expert) bytes += (double)exps[i]->nbytes * hp->n_expert_used / hp->n_expert;
     }

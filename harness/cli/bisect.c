@@ -62,15 +62,17 @@ static const char *const bisect_help =
     "  --report DIR         report directory (default OUT-DIR/report): report.md/.json/.html\n"
     "  --k N, --filter P    as in tapdiff compare\n"
     "  --threads N          backend threads\n"
-    "  --inject FAULT       run B (only) with a named fault (the cpu backend); an\n"
-    "                       inp.tokens difference is then localized, not refused\n"
-    "  --list-faults        print the cpu backend's fault catalog: name, expected first\n"
-    "                       divergent tap and step, the bug, where it shows\n"
+    "  --inject FAULT       run B (only) with a named fault (any backend that implements\n"
+    "                       it: --list-faults); an inp.tokens difference is then\n"
+    "                       localized, not refused. A backend without it: exit 2\n"
+    "  --list-faults        print the fault catalog: name, expected first divergent tap\n"
+    "                       and step, the bug, where it shows, the backends implementing it\n"
     "  --json               print the comparison's JSON instead of the text verdict\n"
     "\n"
-    "exit: 0 conformant, 1 divergent, 2 usage (or an unknown backend, or an exec: program\n"
-    "      not found / not executable), 3 bad model/tokens (or an exec: arm that failed,\n"
-    "      crashed, wrote no tap file, another model's, other tokens or fewer steps),\n"
+    "exit: 0 conformant, 1 divergent, 2 usage (or an unknown backend, a fault B does not\n"
+    "      implement, or an exec: program not found / not executable), 3 bad model/tokens\n"
+    "      (or an exec: arm that failed, crashed, wrote no tap file, another model's, other\n"
+    "      tokens or fewer steps),\n"
     "      77 a backend tapdiff knows (cpu cuda metal llamacpp) is not built here (or an\n"
     "      exec: arm exited 77),\n"
     "      99 internal error\n";
@@ -93,17 +95,19 @@ static int parse_ll(const char *s, long long lo, long long hi, long long *v) {
     return 0;
 }
 
-/* The cpu backend's fault catalog, one fault a line (faults.h). */
+/* The fault catalog, one fault a line, with the backends that implement each (faults.h). */
 static void list_faults(void) {
     printf("%-20s %-30s %s\n", "fault", "first divergent tap (step)", "bug / where it shows");
     for (int f = 1; f < TD_FAULT_COUNT; f++) {
-        const td_cpu_fault_info *fi = td_cpu_fault_get((td_cpu_fault)f);
-        char tap[96];
+        const td_fault_info *fi = td_fault_get((td_fault)f);
+        char tap[96], who[128];
         if (fi->first_tap_qwen3)
             snprintf(tap, sizeof tap, "%s (%d); qwen3: %s", fi->first_tap, fi->first_step, fi->first_tap_qwen3);
         else
             snprintf(tap, sizeof tap, "%s (%d)", fi->first_tap, fi->first_step);
-        printf("%-20s %-30s %s\n%-51s  shows on: %s\n", fi->name, tap, fi->bug, "", fi->fixtures);
+        td_fault_backends((td_fault)f, who, sizeof who);
+        printf("%-20s %-30s %s\n%-51s  shows on: %s\n%-51s  backends: %s\n", fi->name, tap, fi->bug, "", fi->fixtures,
+               "", who);
     }
 }
 

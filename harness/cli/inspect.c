@@ -10,6 +10,7 @@
 
 #include "args.h"
 #include "cli.h"
+#include "arch.h"
 #include "model.h"
 
 #define CMD "inspect"
@@ -22,13 +23,15 @@
 #define STR_SHOW_MAX 80
 
 static void usage(FILE *f) {
+    char archs[256];
+    td_arch_names(archs, sizeof archs, ", "); // the architecture table, not a copy of it
     fprintf(f,
             "usage: tapdiff inspect MODEL.gguf [--json] [--tensors] [--no-sha256] [--help]\n"
             "\n"
             "Prints a GGUF file's container (size, sha256, version, alignment, counts), its metadata\n"
             "(arrays as [TYPE x N] with their first entries), its tensors (type, shape, offset; always\n"
             "listed up to %d tensors, all with --tensors), the architecture tapdiff binds\n"
-            "(llama, qwen3, qwen3moe) and the verdict line \"valid: ...\".\n"
+            "(%s) and the verdict line \"valid: ...\".\n"
             "\n"
             "  --json        one JSON document on stdout (all tensors; \"valid\" and \"error\" fields)\n"
             "  --tensors     list every tensor even when there are more than %d\n"
@@ -36,7 +39,7 @@ static void usage(FILE *f) {
             "  --help        this text\n"
             "\n"
             "exit: 0 valid model, 2 usage, 3 the file does not parse or does not bind (message on stderr)\n",
-            LIST_TENSORS_MAX, LIST_TENSORS_MAX);
+            LIST_TENSORS_MAX, archs, LIST_TENSORS_MAX);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -261,9 +264,11 @@ static uint64_t count_unused(const td_model *m) {
     MARK(m->rope_freqs);
     for (uint32_t il = 0; il < m->hp.n_layer; il++) {
         const td_layer *l = &m->layers[il];
-        const td_tensor *all[] = {l->attn_norm, l->wq, l->wk, l->wv, l->wqkv, l->bq, l->bk, l->bv, l->bqkv,
-                                  l->wo, l->bo, l->q_norm, l->k_norm, l->ffn_norm, l->ffn_gate, l->ffn_up,
-                                  l->ffn_down, l->ffn_gate_inp, l->ffn_gate_exps, l->ffn_up_exps, l->ffn_down_exps};
+        const td_tensor *all[] = {l->attn.norm,   l->attn.wq,       l->attn.wk,      l->attn.wv,       l->attn.wqkv,
+                                  l->attn.bq,     l->attn.bk,       l->attn.bv,      l->attn.bqkv,     l->attn.wo,
+                                  l->attn.bo,     l->attn.q_norm,   l->attn.k_norm,  l->ffn.norm,      l->ffn.gate,
+                                  l->ffn.up,      l->ffn.down,      l->ffn.gate_inp, l->ffn.gate_exps, l->ffn.up_exps,
+                                  l->ffn.down_exps};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) MARK(all[k]);
     }
 #undef MARK
@@ -303,7 +308,7 @@ static void text_model(const td_model *m) {
     printf("  heads (H): %u\n", hp->n_head);
     printf("  kv heads (Hkv): %u\n", hp->n_head_kv);
     printf("  head dim (D): %u\n", hp->head_dim);
-    printf("  attention q/k/v: %s\n", m->layers[0].wqkv ? "fused attn_qkv" : "separate");
+    printf("  attention q/k/v: %s\n", m->layers[0].attn.wqkv ? "fused attn_qkv" : "separate");
     if (hp->n_expert) {
         printf("  expert ffn (F): %u\n", hp->n_ff);
         printf("  experts (X): %u, used (K): %u\n", hp->n_expert, hp->n_expert_used);
@@ -336,7 +341,7 @@ static cJSON *json_model(const td_model *m) {
     cJSON_AddNumberToObject(o, "n_ff", hp->n_ff);
     cJSON_AddNumberToObject(o, "n_expert", hp->n_expert);
     cJSON_AddNumberToObject(o, "n_expert_used", hp->n_expert_used);
-    cJSON_AddBoolToObject(o, "fused_qkv", m->layers[0].wqkv != NULL);
+    cJSON_AddBoolToObject(o, "fused_qkv", m->layers[0].attn.wqkv != NULL);
     cJSON_AddStringToObject(o, "rope_type", td_rope_type_name(hp->rope_type));
     cJSON_AddNumberToObject(o, "rope_dims", hp->rope_dims);
     cJSON_AddNumberToObject(o, "rope_base", hp->rope_base);

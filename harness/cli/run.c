@@ -40,8 +40,8 @@ static const char *const run_help =
     "                       default full with --out, none without\n"
     "  --out F.h5           tap file to write\n"
     "  --threads N          backend threads (default: the backend's choice)\n"
-    "  --inject FAULT       run with a named deliberate bug (cpu backend; tapdiff bisect\n"
-    "                       --list-faults lists them)\n"
+    "  --inject FAULT       run with a named deliberate bug (a backend that implements it;\n"
+    "                       tapdiff bisect --list-faults lists them; exit 2 otherwise)\n"
     "  --profile P          arithmetic profile: native (default: the backend's own) or\n"
     "                       act-q8 (ref32, cpu: activations rounded before each matmul as\n"
     "                       llama.cpp's CPU path does); recorded as the tap file's `profile`\n"
@@ -54,7 +54,8 @@ static const char *const run_help =
     "  --quiet              only the summary line, no progress bar\n"
     "  --help               this text\n"
     "\n"
-    "exit: 0 ok, 1 --check failed, 2 usage, 3 bad model / tokens / token file, 99 internal error\n";
+    "exit: 0 ok, 1 --check failed, 2 usage (or --inject a fault the backend does not implement),\n"
+    "      3 bad model / tokens / token file, 77 backend not built here, 99 internal error\n";
 
 typedef struct run_args {
     const char *model, *backend, *tokens, *tokens_file, *decode, *taps, *out, *profile, *inject;

@@ -22,6 +22,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include "arch.h"
 #include "model.h"
 
 /* ------------------------------------------------------------------------ */
@@ -459,11 +460,11 @@ Test(model, stories260K_binds) {
     cr_expect(m->output && m->output != m->tok_embd);
     cr_expect_null(m->rope_freqs);
     for (uint32_t l = 0; l < 5; l++) {
-        cr_expect(m->layers[l].wq && m->layers[l].wk && m->layers[l].wv && !m->layers[l].wqkv);
-        cr_expect(m->layers[l].ffn_gate && !m->layers[l].ffn_gate_inp && !m->layers[l].q_norm);
-        cr_expect_eq(m->layers[l].wk->ne[1], 32); /* Hkv*D = 4*8 */
+        cr_expect(m->layers[l].attn.wq && m->layers[l].attn.wk && m->layers[l].attn.wv && !m->layers[l].attn.wqkv);
+        cr_expect(m->layers[l].ffn.gate && !m->layers[l].ffn.gate_inp && !m->layers[l].attn.q_norm);
+        cr_expect_eq(m->layers[l].attn.wk->ne[1], 32); /* Hkv*D = 4*8 */
     }
-    cr_expect_str_eq(m->layers[4].ffn_down->cname, "blk.4.ffn_down.weight");
+    cr_expect_str_eq(m->layers[4].ffn.down->cname, "blk.4.ffn_down.weight");
 
     /* token text; pieces read from the file's bytes by an independent script */
     char t[64];
@@ -626,9 +627,9 @@ Test(model, llama_base_binds) {
     cr_expect_eq(m->output_tied, 0);
     cr_expect_eq(m->vocab.bos_id, 1);
     cr_expect_eq(m->vocab.eos_id, 2);
-    cr_expect_eq(m->layers[1].wk->ne[1], 2 * 8);
-    cr_expect_null(m->layers[0].bq);
-    cr_expect_null(m->layers[0].bo);
+    cr_expect_eq(m->layers[1].attn.wk->ne[1], 2 * 8);
+    cr_expect_null(m->layers[0].attn.bq);
+    cr_expect_null(m->layers[0].attn.bo);
     /* SentencePiece text: U+2581 -> ' ', <0xNN> -> that byte */
     char t[16];
     td_vocab_text(m, 4, t, sizeof t);
@@ -669,9 +670,9 @@ Test(model, fused_qkv_binds) {
     char path[64];
     td_model *m = open_built(build(&c), path, sizeof path);
     for (int l = 0; l < 2; l++) {
-        cr_expect_not_null(m->layers[l].wqkv);
-        cr_expect_eq(m->layers[l].wqkv->ne[1], (4 + 2 * 2) * 8); /* (H + 2 Hkv) D */
-        cr_expect(!m->layers[l].wq && !m->layers[l].wk && !m->layers[l].wv);
+        cr_expect_not_null(m->layers[l].attn.wqkv);
+        cr_expect_eq(m->layers[l].attn.wqkv->ne[1], (4 + 2 * 2) * 8); /* (H + 2 Hkv) D */
+        cr_expect(!m->layers[l].attn.wq && !m->layers[l].attn.wk && !m->layers[l].attn.wv);
     }
     proc p = run_inspect(path, "--json");
     cr_expect(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0, "stderr: %s", p.err);
@@ -692,11 +693,11 @@ Test(model, optional_biases_bind) {
     mb_tensor(b, "some.unknown.tensor", 0, 1, 5, 0, 0); /* ignored, counted as unused */
     char path[64];
     td_model *m = open_built(b, path, sizeof path);
-    cr_expect_not_null(m->layers[0].bq);
-    cr_expect_not_null(m->layers[0].bk);
-    cr_expect_null(m->layers[0].bv);
-    cr_expect_not_null(m->layers[0].bo);
-    cr_expect_null(m->layers[1].bq);
+    cr_expect_not_null(m->layers[0].attn.bq);
+    cr_expect_not_null(m->layers[0].attn.bk);
+    cr_expect_null(m->layers[0].attn.bv);
+    cr_expect_not_null(m->layers[0].attn.bo);
+    cr_expect_null(m->layers[1].attn.bq);
     cr_expect_not_null(m->rope_freqs);
     proc p = run_inspect(path, NULL);
     cr_expect(WIFEXITED(p.status) && WEXITSTATUS(p.status) == 0, "stderr: %s", p.err);
@@ -717,11 +718,11 @@ Test(model, qwen3_binds) {
     cr_expect_eq(hp->head_dim, 16); /* key_length, not E/H = 8 */
     cr_expect_eq(hp->rope_dims, 16);
     cr_expect_eq(hp->n_expert, 0);
-    cr_expect_not_null(m->layers[1].q_norm);
-    cr_expect_eq(m->layers[1].q_norm->ne[0], 16);
-    cr_expect_eq(m->layers[1].wq->ne[1], 4 * 16);
-    cr_expect_eq(m->layers[1].wo->ne[0], 4 * 16);
-    cr_expect_not_null(m->layers[0].ffn_up);
+    cr_expect_not_null(m->layers[1].attn.q_norm);
+    cr_expect_eq(m->layers[1].attn.q_norm->ne[0], 16);
+    cr_expect_eq(m->layers[1].attn.wq->ne[1], 4 * 16);
+    cr_expect_eq(m->layers[1].attn.wo->ne[0], 4 * 16);
+    cr_expect_not_null(m->layers[0].ffn.up);
     td_model_close(m);
     unlink(path);
 }
@@ -745,10 +746,10 @@ Test(model, qwen3moe_binds_with_fallback_F) {
     cr_expect_eq(hp->rope_attn_factor, 1.0f);
     for (int l = 0; l < 2; l++) {
         const td_layer *ly = &m->layers[l];
-        cr_expect(ly->ffn_gate_inp && ly->ffn_gate_exps && ly->ffn_up_exps && ly->ffn_down_exps);
-        cr_expect(!ly->ffn_gate && !ly->ffn_up && !ly->ffn_down);
-        cr_expect_eq(ly->ffn_up_exps->ne[2], 4);
-        cr_expect(ly->q_norm && ly->k_norm);
+        cr_expect(ly->ffn.gate_inp && ly->ffn.gate_exps && ly->ffn.up_exps && ly->ffn.down_exps);
+        cr_expect(!ly->ffn.gate && !ly->ffn.up && !ly->ffn.down);
+        cr_expect_eq(ly->ffn.up_exps->ne[2], 4);
+        cr_expect(ly->attn.q_norm && ly->attn.k_norm);
     }
     td_model_close(m);
     unlink(path);
@@ -761,12 +762,80 @@ Test(model, llama_moe_binds_without_gate_experts) {
     cr_expect_eq(m->hp.rope_type, TD_ROPE_NORM);
     cr_expect_eq(m->hp.n_expert, 4);
     cr_expect_eq(m->hp.n_ff, 48); /* llama experts use feed_forward_length */
-    cr_expect_not_null(m->layers[0].ffn_gate_inp);
-    cr_expect_null(m->layers[0].ffn_gate_exps);
-    cr_expect_not_null(m->layers[0].ffn_down_exps);
-    cr_expect_null(m->layers[0].q_norm);
+    cr_expect_not_null(m->layers[0].ffn.gate_inp);
+    cr_expect_null(m->layers[0].ffn.gate_exps);
+    cr_expect_not_null(m->layers[0].ffn.down_exps);
+    cr_expect_null(m->layers[0].attn.q_norm);
     td_model_close(m);
     unlink(path);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The architecture table                                                     */
+
+/* One case per architecture shape: what the spec says each must bind
+ * (arch-*.md), written here by hand, not read from the descriptors. */
+typedef struct arch_case {
+    const cfg *c;
+    td_arch arch;
+    td_rope_type rope;
+    int qk_norm, moe;
+} arch_case;
+static const arch_case k_arch_cases[] = {
+    {&LLAMA, TD_ARCH_LLAMA, TD_ROPE_NORM, 0, 0},
+    {&LLAMA_MOE, TD_ARCH_LLAMA, TD_ROPE_NORM, 0, 1},
+    {&QWEN3, TD_ARCH_QWEN3, TD_ROPE_NEOX, 1, 0},
+    {&QWEN3MOE, TD_ARCH_QWEN3MOE, TD_ROPE_NEOX, 1, 1},
+};
+#define N_ARCH_CASES (sizeof k_arch_cases / sizeof k_arch_cases[0])
+static int k_arch_case_ix[N_ARCH_CASES];
+
+ParameterizedTestParameters(arch_table, binds_attention_layers_per_spec) {
+    for (size_t i = 0; i < N_ARCH_CASES; i++) k_arch_case_ix[i] = (int)i;
+    return cr_make_param_array(int, k_arch_case_ix, N_ARCH_CASES);
+}
+
+ParameterizedTest(int *ix, arch_table, binds_attention_layers_per_spec) {
+    const arch_case *k = &k_arch_cases[*ix];
+    char path[64];
+    td_model *m = open_built(build(k->c), path, sizeof path);
+    const char *name = k->c->arch;
+    cr_expect_eq(m->hp.arch, k->arch, "%s", name);
+    cr_expect_eq(m->hp.rope_type, k->rope, "%s", name);
+    cr_expect_str_eq(td_arch_name(m->hp.arch), name);
+    const td_arch_desc *d = td_arch_find(name);
+    cr_assert_not_null(d, "%s is not in the table", name);
+    cr_expect_eq(d, td_arch_get(k->arch), "%s: find and get disagree", name);
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const td_layer *ly = &m->layers[l];
+        cr_expect_eq(ly->kind, TD_LAYER_ATTENTION, "%s block %u: kind %s", name, l, td_layer_kind_name(ly->kind));
+        cr_expect(ly->attn.norm && ly->attn.wo && ly->ffn.norm, "%s block %u: attention parts", name, l);
+        cr_expect_eq(ly->attn.q_norm != NULL, k->qk_norm, "%s block %u: q_norm", name, l);
+        cr_expect_eq(ly->attn.k_norm != NULL, k->qk_norm, "%s block %u: k_norm", name, l);
+        cr_expect_eq(ly->ffn.gate_inp != NULL, k->moe, "%s block %u: router", name, l);
+        cr_expect_eq(ly->ffn.gate != NULL, !k->moe, "%s block %u: dense gate", name, l);
+    }
+    td_model_close(m);
+    unlink(path);
+}
+
+Test(arch_table, every_descriptor_is_complete_and_found_by_name) {
+    cr_assert_eq(td_arch_count(), 3, "llama, qwen3, qwen3moe (arch-*.md); a new one comes with its tests");
+    for (size_t i = 0; i < td_arch_count(); i++) {
+        const td_arch_desc *d = td_arch_at(i);
+        cr_assert_not_null(d);
+        cr_expect(d->name && d->spec && d->read_hparams && d->layer_kind && d->bind_layer, "%s: hooks", d->name);
+        cr_expect_eq(td_arch_find(d->name), d, "%s", d->name);
+        cr_expect_eq(td_arch_get(d->arch), d, "%s", d->name);
+    }
+    cr_expect_null(td_arch_at(td_arch_count()));
+    cr_expect_null(td_arch_find("gpt9"));
+    cr_expect_null(td_arch_find(NULL));
+    char names[128];
+    td_arch_names(names, sizeof names, ", ");
+    cr_expect_str_eq(names, "llama, qwen3, qwen3moe");
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_ATTENTION), "attention");
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_KIND_COUNT), "unknown");
 }
 
 Test(model, gpt2_text) {

@@ -5,6 +5,7 @@
  * implementation gives), or about the tap file and the CLI contract. */
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -183,12 +184,24 @@ static void check_kv_cache(const char *fixture, const char *backend) {
     free(li), free(lf);
 }
 
-Test(reference, kv_cache_decode_equals_prefill, .init = make_tmpdir, .fini = remove_tmpdir) {
-    check_kv_cache("llama-f32", "ref");
-    check_kv_cache("llama-q4_k", "ref");
-    check_kv_cache("qwen3-q8_0", "ref");
-    check_kv_cache("qwen3moe-f32", "ref");
-    check_kv_cache("qwen3moe-q6_k", "ref32");
+/* (fixture, arm) cases; indices are the parameters (Criterion copies them
+ * into the test process, where pointers into this one are not valid) */
+typedef struct fx_arm {
+    const char *fixture, *backend;
+} fx_arm;
+
+static const fx_arm k_kv_cases[] = {{"llama-f32", "ref"},    {"llama-q4_k", "ref"},     {"qwen3-q8_0", "ref"},
+                                    {"qwen3moe-f32", "ref"}, {"qwen3moe-q6_k", "ref32"}};
+#define N_KV_CASES (sizeof k_kv_cases / sizeof k_kv_cases[0])
+static int k_kv_ix[N_KV_CASES];
+
+ParameterizedTestParameters(reference, kv_cache_decode_equals_prefill) {
+    for (size_t i = 0; i < N_KV_CASES; i++) k_kv_ix[i] = (int)i;
+    return cr_make_param_array(int, k_kv_ix, N_KV_CASES);
+}
+
+ParameterizedTest(int *ix, reference, kv_cache_decode_equals_prefill, .init = make_tmpdir, .fini = remove_tmpdir) {
+    check_kv_cache(k_kv_cases[*ix].fixture, k_kv_cases[*ix].backend);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -527,7 +540,8 @@ static void check_tap_file(const char *model_path, const td_model *m, const char
         cr_assert_eq(si.pos0, s == 0 ? 0 : P + s - 1);
         cr_assert_eq(si.n_tokens, T);
         consumed += T;
-        int nw = expected_taps(m, T, consumed < TD_REF_HIST_W ? consumed : TD_REF_HIST_W, is32 ? TD_DT_F32 : TD_DT_F64, w);
+        const int64_t W = 16; // the history window of the README tap table
+        int nw = expected_taps(m, T, consumed < W ? consumed : W, is32 ? TD_DT_F32 : TD_DT_F64, w);
         td_tap_info *taps = NULL;
         int64_t nt = 0;
         cr_assert_eq(td_tapfile_step_taps(f, s, &taps, &nt, &err), TD_OK, "%s", err.msg);
@@ -562,18 +576,25 @@ static void check_tap_file(const char *model_path, const td_model *m, const char
     td_tapfile_close(f);
 }
 
-Test(reference, tap_file_full, .init = make_tmpdir, .fini = remove_tmpdir) {
-    const char *names[] = {"llama-q8_0", "qwen3-f32", "qwen3moe-q4_k", "qwen3moe-f32"};
-    const char *backends[] = {"ref", "ref", "ref", "ref32"};
-    for (size_t i = 0; i < 4; i++) {
-        char path[512];
-        td_err err = {{0}};
-        cr_assert_eq(td_fixture_write(names[i], tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
-        td_model *m = NULL;
-        cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
-        check_tap_file(path, m, backends[i]);
-        td_model_close(m);
-    }
+static const fx_arm k_tap_cases[] = {
+    {"llama-q8_0", "ref"}, {"qwen3-f32", "ref"}, {"qwen3moe-q4_k", "ref"}, {"qwen3moe-f32", "ref32"}};
+#define N_TAP_CASES (sizeof k_tap_cases / sizeof k_tap_cases[0])
+static int k_tap_ix[N_TAP_CASES];
+
+ParameterizedTestParameters(reference, tap_file_full) {
+    for (size_t i = 0; i < N_TAP_CASES; i++) k_tap_ix[i] = (int)i;
+    return cr_make_param_array(int, k_tap_ix, N_TAP_CASES);
+}
+
+ParameterizedTest(int *ix, reference, tap_file_full, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const fx_arm *c = &k_tap_cases[*ix];
+    char path[512];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write(c->fixture, tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    td_model *m = NULL;
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    check_tap_file(path, m, c->backend);
+    td_model_close(m);
 }
 
 /* --taps PATTERN: every tap is recorded, only the matching ones with data;

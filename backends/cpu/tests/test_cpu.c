@@ -11,12 +11,14 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <criterion/parameterized.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/wait.h>
 
+#include "arch.h"
 #include "backend.h"
 #include "bench_model.h"
 #include "compare.h"
@@ -129,56 +131,40 @@ static void conformance(const char *fixture) {
     conformance_profile(fixture, NULL);
 }
 
-#define CONFORMANCE(fx, id) \
-    Test(cpu_conformance, id, .timeout = 120) { conformance(fx); }
+/* One case per fixture of the fixtures library: the parameters ARE its table,
+ * so a fixture added there is covered here without an edit. Indices, not
+ * names: Criterion copies parameters into the test process. */
+#define MAX_FIXTURES 64
+static int k_fixture_ix[MAX_FIXTURES];
 
-CONFORMANCE("llama-f32", llama_f32)
-CONFORMANCE("llama-q8_0", llama_q8_0)
-CONFORMANCE("llama-q4_k", llama_q4_k)
-CONFORMANCE("llama-q6_k", llama_q6_k)
-CONFORMANCE("qwen3-f32", qwen3_f32)
-CONFORMANCE("qwen3-q8_0", qwen3_q8_0)
-CONFORMANCE("qwen3-q4_k", qwen3_q4_k)
-CONFORMANCE("qwen3-q6_k", qwen3_q6_k)
-CONFORMANCE("qwen3moe-f32", qwen3moe_f32)
-CONFORMANCE("qwen3moe-q8_0", qwen3moe_q8_0)
-CONFORMANCE("qwen3moe-q4_k", qwen3moe_q4_k)
-CONFORMANCE("qwen3moe-q6_k", qwen3moe_q6_k)
-CONFORMANCE("qwen3-dense", qwen3_dense)
-CONFORMANCE("qwen3moe-copies", qwen3moe_copies)
-CONFORMANCE("qwen3moe-ties", qwen3moe_ties)
-CONFORMANCE("llama-iq2_xxs", llama_iq2_xxs)
-CONFORMANCE("llama-iq3_s", llama_iq3_s)
-CONFORMANCE("llama-iq1_s", llama_iq1_s)
-CONFORMANCE("llama-nvfp4", llama_nvfp4)
-CONFORMANCE("qwen3moe-iq2_xxs", qwen3moe_iq2_xxs)
-CONFORMANCE("qwen3moe-iq3_s", qwen3moe_iq3_s)
-CONFORMANCE("qwen3moe-iq1_s", qwen3moe_iq1_s)
-CONFORMANCE("qwen3moe-nvfp4", qwen3moe_nvfp4)
+ParameterizedTestParameters(cpu_conformance, every_fixture_native) {
+    // more fixtures than slots would drop cases silently: refuse to build the list instead
+    const size_t n = td_fixture_count() <= MAX_FIXTURES ? td_fixture_count() : 0;
+    for (size_t i = 0; i < n; i++) k_fixture_ix[i] = (int)i;
+    return cr_make_param_array(int, k_fixture_ix, n);
+}
+
+ParameterizedTest(int *ix, cpu_conformance, every_fixture_native, .timeout = 400) {
+    const td_fixture_info *fi = td_fixture_at((size_t)*ix);
+    cr_assert_not_null(fi, "fixture #%d", *ix);
+    conformance(fi->name);
+}
 
 /* act-q8: every 8-bit format (Q8_0 inputs of Q8_0 weights, Q8_K of K-quants),
  * dense and MoE; the control ref32 rounds its matmul inputs the same way, so
  * the budget is the profile's own error (~1e-2), like with like. */
-Test(cpu_conformance, act_q8_llama_q4_k, .timeout = 120) { conformance_profile("llama-q4_k", "act-q8"); }
-Test(cpu_conformance, act_q8_qwen3_q4_k, .timeout = 120) { conformance_profile("qwen3-q4_k", "act-q8"); }
-Test(cpu_conformance, act_q8_qwen3moe_q6_k, .timeout = 120) { conformance_profile("qwen3moe-q6_k", "act-q8"); }
-Test(cpu_conformance, act_q8_qwen3moe_ties, .timeout = 120) { conformance_profile("qwen3moe-ties", "act-q8"); }
-Test(cpu_conformance, act_q8_qwen3moe_iq1_s, .timeout = 120) { conformance_profile("qwen3moe-iq1_s", "act-q8"); }
-Test(cpu_conformance, act_q8_llama_nvfp4, .timeout = 120) { conformance_profile("llama-nvfp4", "act-q8"); }
+static const char *const k_act_q8_fixtures[] = {"llama-q4_k",    "qwen3-q4_k",     "qwen3moe-q6_k",
+                                                 "qwen3moe-ties", "qwen3moe-iq1_s", "llama-nvfp4"};
+#define N_ACT_Q8 (sizeof k_act_q8_fixtures / sizeof k_act_q8_fixtures[0])
+static int k_act_q8_ix[N_ACT_Q8];
 
-/* Every fixture the fixtures library knows is covered above. */
-Test(cpu_conformance, every_fixture_is_listed) {
-    static const char *const listed[] = {"llama-f32",     "llama-q8_0",    "llama-q4_k",    "llama-q6_k",
-                                         "qwen3-f32",     "qwen3-q8_0",    "qwen3-q4_k",    "qwen3-q6_k",
-                                         "qwen3moe-f32",  "qwen3moe-q8_0", "qwen3moe-q4_k", "qwen3moe-q6_k",
-                                         "qwen3-dense",   "qwen3moe-copies", "qwen3moe-ties",
-                                         "llama-iq2_xxs", "llama-iq3_s",   "llama-iq1_s",   "llama-nvfp4",
-                                         "qwen3moe-iq2_xxs", "qwen3moe-iq3_s", "qwen3moe-iq1_s", "qwen3moe-nvfp4"};
-    for (size_t i = 0; i < td_fixture_count(); i++) {
-        int found = 0;
-        for (size_t j = 0; j < sizeof listed / sizeof listed[0]; j++) found |= !strcmp(listed[j], td_fixture_at(i)->name);
-        cr_assert(found, "fixture %s has no cpu conformance test", td_fixture_at(i)->name);
-    }
+ParameterizedTestParameters(cpu_conformance, act_q8) {
+    for (size_t i = 0; i < N_ACT_Q8; i++) k_act_q8_ix[i] = (int)i;
+    return cr_make_param_array(int, k_act_q8_ix, N_ACT_Q8);
+}
+
+ParameterizedTest(int *ix, cpu_conformance, act_q8, .timeout = 400) {
+    conformance_profile(k_act_q8_fixtures[*ix], "act-q8");
 }
 
 /* ------------------------------------------------------------------------ */
@@ -219,9 +205,34 @@ static void same_sequence(const char *fixture) {
     remove_tmpdir();
 }
 
-Test(cpu_taps, same_sequence_as_reference_llama) { same_sequence("llama-q4_k"); }
-Test(cpu_taps, same_sequence_as_reference_qwen3) { same_sequence("qwen3-q8_0"); }
-Test(cpu_taps, same_sequence_as_reference_qwen3moe) { same_sequence("qwen3moe-q6_k"); }
+/* one fixture per architecture of the table (its first in the fixtures library) */
+static int k_arch_ix[MAX_FIXTURES];
+
+ParameterizedTestParameters(cpu_taps, same_sequence_as_reference_per_arch) {
+    size_t n = 0;
+    for (size_t a = 0; a < td_arch_count(); a++) {
+        const char *arch = td_arch_at(a)->name;
+        for (size_t i = 0; i < td_fixture_count(); i++)
+            if (!strcmp(td_fixture_at(i)->arch, arch)) {
+                k_arch_ix[n++] = (int)i;
+                break;
+            }
+    }
+    return cr_make_param_array(int, k_arch_ix, n);
+}
+
+ParameterizedTest(int *ix, cpu_taps, same_sequence_as_reference_per_arch) {
+    same_sequence(td_fixture_at((size_t)*ix)->name);
+}
+
+/* every architecture of the table has a fixture, so the case above covers it */
+Test(cpu_taps, every_arch_has_a_fixture) {
+    for (size_t a = 0; a < td_arch_count(); a++) {
+        int found = 0;
+        for (size_t i = 0; i < td_fixture_count(); i++) found |= !strcmp(td_fixture_at(i)->arch, td_arch_at(a)->name);
+        cr_expect(found, "architecture %s has no fixture", td_arch_at(a)->name);
+    }
+}
 
 /* ------------------------------------------------------------------------ */
 /* Determinism                                                                */
@@ -255,11 +266,21 @@ static void determinism(const char *fixture) {
     remove_tmpdir();
 }
 
-Test(cpu_determinism, llama_q4_k) { determinism("llama-q4_k"); }
-Test(cpu_determinism, qwen3moe_q8_0) { determinism("qwen3moe-q8_0"); }
-Test(cpu_determinism, qwen3moe_q6_k_act_q8) {
-    g_profile = "act-q8";
-    determinism("qwen3moe-q6_k");
+typedef struct det_case {
+    const char *fixture, *profile;
+} det_case;
+static const det_case k_det[] = {{"llama-q4_k", NULL}, {"qwen3moe-q8_0", NULL}, {"qwen3moe-q6_k", "act-q8"}};
+#define N_DET (sizeof k_det / sizeof k_det[0])
+static int k_det_ix[N_DET];
+
+ParameterizedTestParameters(cpu_determinism, across_reruns_and_threads) {
+    for (size_t i = 0; i < N_DET; i++) k_det_ix[i] = (int)i;
+    return cr_make_param_array(int, k_det_ix, N_DET);
+}
+
+ParameterizedTest(int *ix, cpu_determinism, across_reruns_and_threads) {
+    g_profile = k_det[*ix].profile;
+    determinism(k_det[*ix].fixture);
 }
 
 /* ------------------------------------------------------------------------ */

@@ -19,6 +19,7 @@
 
 #include "backend.h"
 #include "fixtures.h"
+#include "forward.h"
 #include "model.h"
 #include "runner.h"
 #include "tapfile.h"
@@ -262,6 +263,79 @@ Test(llamacpp, canonical_taps_match_ref, .init = make_tmpdir, .fini = remove_tmp
         cr_assert_gt(n_checked, 60, "%s: only %lld taps compared", fixtures[fi], (long long)n_checked);
         td_tapfile_close(fa);
         td_tapfile_close(fb);
+    }
+}
+
+/* ------------------------------------------------------------------------ */
+/* MoE routing: llama.cpp's picks and weights are the shared rule's           */
+
+/* llama.cpp routes with its own graph (argsort, get_rows, sum_rows, div); the
+ * rule every tapdiff backend shares is backends/forward.h td_moe_route_f32.
+ * Applied to llama.cpp's own moe_probs tap it must give llama.cpp's moe_topk
+ * and moe_weights: the same picks in the same rank order, except where the
+ * probabilities at the two swapped ranks are bitwise equal (llama.cpp leaves
+ * the tie order unspecified), and weights within 4 f32 ulps (the same
+ * renormalisation; only the summation order may differ). */
+Test(llamacpp, moe_routing_is_the_shared_rule, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *fixtures[] = {"qwen3moe-f32", TD_FIXTURE_TIES_NAME};
+    const int32_t prompt[6] = {1, 42, 99, 64, 7, 250}, pinned[2] = {44, 32};
+    for (size_t fi = 0; fi < 2; fi++) {
+        char model[512], pb[600];
+        fixture_path(fixtures[fi], model, sizeof model);
+        run_taps(model, "llamacpp", prompt, 6, pinned, 2, "lc.h5", pb, sizeof pb);
+        td_model *m = open_model(model);
+        const int64_t X = m->hp.n_expert, K = m->hp.n_expert_used;
+        td_tapfile *f = open_taps(pb);
+        int64_t n_rows = 0, n_tie_swaps = 0;
+        for (int64_t s = 0; s < td_tapfile_n_steps(f); s++) {
+            td_tap_info *taps = NULL;
+            int64_t nt = 0;
+            td_err err = {{0}};
+            cr_assert_eq(td_tapfile_step_taps(f, s, &taps, &nt, &err), TD_OK, "%s", err.msg);
+            for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+                char np[64], nk[64], nw[64];
+                snprintf(np, sizeof np, "blk.%u.moe_probs", l);
+                snprintf(nk, sizeof nk, "blk.%u.moe_topk", l);
+                snprintf(nw, sizeof nw, "blk.%u.moe_weights", l);
+                const td_tap_info *tp = find_tap(taps, nt, np), *tk = find_tap(taps, nt, nk),
+                                  *tw = find_tap(taps, nt, nw);
+                cr_assert(tp && tk && tw, "%s step %lld layer %u: router taps missing", fixtures[fi], (long long)s, l);
+                double *p = read_tap(f, s, tp), *k = read_tap(f, s, tk), *w = read_tap(f, s, tw);
+                const int64_t T = (int64_t)(tp->count / (uint64_t)X);
+                for (int64_t t = 0; t < T; t++, n_rows++) {
+                    float probs[64], ww[64];
+                    int32_t topk[64];
+                    cr_assert_leq(X, 64);
+                    for (int64_t e = 0; e < X; e++) probs[e] = (float)p[t * X + e];
+                    td_moe_route_f32(topk, ww, probs, X, K, 0);
+                    for (int64_t j = 0; j < K; j++) {
+                        const int32_t theirs = (int32_t)k[t * K + j];
+                        if (theirs != topk[j]) {
+                            // only a bitwise tie may be ordered differently
+                            cr_expect(theirs >= 0 && theirs < X && probs[theirs] == probs[topk[j]],
+                                      "%s step %lld layer %u token %lld rank %lld: llama.cpp picks %d (p %a), the rule "
+                                      "%d (p %a)",
+                                      fixtures[fi], (long long)s, l, (long long)t, (long long)j, theirs,
+                                      theirs >= 0 && theirs < X ? probs[theirs] : 0.0f, topk[j], probs[topk[j]]);
+                            n_tie_swaps++;
+                            continue;
+                        }
+                        const double rel = fabs(w[t * K + j] - ww[j]) / fabs(ww[j]);
+                        cr_expect_leq(rel, 4 * 0x1p-24, "%s step %lld layer %u token %lld rank %lld: weight %a, rule %a",
+                                      fixtures[fi], (long long)s, l, (long long)t, (long long)j, w[t * K + j],
+                                      (double)ww[j]);
+                    }
+                }
+                free(p), free(k), free(w);
+            }
+            free(taps);
+        }
+        fprintf(stderr, "[llamacpp] %s: %lld router rows checked, %lld tie swaps\n", fixtures[fi], (long long)n_rows,
+                    (long long)n_tie_swaps);
+        cr_expect_gt(n_rows, 0, "%s: no router row checked", fixtures[fi]);
+        td_tapfile_close(f);
+        td_model_close(m);
     }
 }
 

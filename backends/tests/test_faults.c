@@ -1,8 +1,9 @@
-/* The fault-injection catalog (backends/cpu/faults.h) proves that tapdiff
- * localizes: for each fault and each fixture it shows on, `tapdiff bisect
- * --a ref --b cpu --inject FAULT` must name the expected first divergent tap
- * and step (red), and the same bisect without --inject must be conformant
- * (green: the backend does not cry wolf). The expected taps below are worked
+/* The fault-injection catalog (backends/faults.h) proves that tapdiff
+ * localizes: for each fault, each backend that implements it and each fixture
+ * it shows on, `tapdiff bisect --a ref --b B --inject FAULT` must name the
+ * expected first divergent tap and step (red), and the same bisect without
+ * --inject must be conformant (green: the backend does not cry wolf). A
+ * backend that does not implement a fault refuses it (exit 2). The expected taps below are worked
  * out by hand from where each bug enters the forward (see the table's
  * comments), and the catalog must agree with them. stale_token must also be
  * caught by the single-arm self-check on the cpu arm's greedy tap file.
@@ -17,6 +18,7 @@
 #include <string.h>
 #include <sys/wait.h>
 
+#include "backend.h"
 #include "faults.h"
 #include "fixtures.h"
 #include "selfcheck.h"
@@ -110,15 +112,16 @@ static double num(const cJSON *o, const char *key) {
     return NAN;
 }
 
-static void bisect(const char *fixture, const char *fault, found *f) {
+static void bisect(const char *backend, const char *fixture, const char *fault, found *f) {
     const char *td = getenv("TD_TAPDIFF");
     if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
     char model[512], cmd[2048];
     fixture_path(fixture, model, sizeof model);
     snprintf(cmd, sizeof cmd,
-             "'%s' bisect --model '%s' --a ref --b cpu %s%s --tokens " PROMPT " --steps %d --json --quiet "
-             "--out-dir '%s/bisect-%s-%s' 2>/dev/null",
-             td, model, fault ? "--inject " : "", fault ? fault : "", STEPS, tmpdir, fixture, fault ? fault : "none");
+             "'%s' bisect --model '%s' --a ref --b %s %s%s --tokens " PROMPT " --steps %d --json --quiet "
+             "--out-dir '%s/bisect-%s-%s-%s' 2>/dev/null",
+             td, model, backend, fault ? "--inject " : "", fault ? fault : "", STEPS, tmpdir, backend, fixture,
+             fault ? fault : "none");
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p, "popen %s", cmd);
     size_t cap = 1 << 16, len = 0, n;
@@ -157,23 +160,27 @@ Test(faults, catalog_matches_hand_worked_expectations) {
     int covered[TD_FAULT_COUNT] = {0};
     for (size_t i = 0; i < N_EXPECT; i++) {
         const expect *e = &k_expect[i];
-        td_cpu_fault id;
+        td_fault id;
         td_err err = {{0}};
-        cr_assert_eq(td_cpu_fault_parse(e->fault, &id, &err), TD_OK, "%s: %s", e->fault, err.msg);
-        const td_cpu_fault_info *fi = td_cpu_fault_get(id);
+        cr_assert_eq(td_fault_parse("test", e->fault, &id, &err), TD_OK, "%s: %s", e->fault, err.msg);
+        const td_fault_info *fi = td_fault_get(id);
         cr_assert_not_null(fi);
         cr_expect_str_eq(fi->name, e->fault);
-        cr_expect_str_eq(td_cpu_fault_expected_tap(id, e->arch), e->tap, "%s on %s", e->fault, e->fixture);
+        cr_expect_str_eq(td_fault_expected_tap(id, e->arch), e->tap, "%s on %s", e->fault, e->fixture);
         cr_expect_eq(fi->first_step, e->step, "%s: catalog step", e->fault);
         covered[id] = 1;
     }
-    for (int f = 1; f < TD_FAULT_COUNT; f++)
-        cr_expect(covered[f], "fault %s has no conformance case", td_cpu_fault_get(f)->name);
-    td_cpu_fault id;
+    for (int f = 1; f < TD_FAULT_COUNT; f++) {
+        cr_expect(covered[f], "fault %s has no conformance case", td_fault_get(f)->name);
+        char who[128];
+        td_fault_backends((td_fault)f, who, sizeof who);
+        cr_expect_str_neq(who, "none", "fault %s: no backend implements it", td_fault_get(f)->name);
+    }
+    td_fault id;
     td_err err = {{0}};
-    cr_expect_eq(td_cpu_fault_parse("no_such_fault", &id, &err), TD_EINPUT);
+    cr_expect_eq(td_fault_parse("test", "no_such_fault", &id, &err), TD_EINPUT);
     cr_expect(strstr(err.msg, "no_such_fault") && strstr(err.msg, "rope_pairing"), "message: %s", err.msg);
-    cr_expect_eq(td_cpu_fault_parse(NULL, &id, &err), TD_OK);
+    cr_expect_eq(td_fault_parse("test", NULL, &id, &err), TD_OK);
     cr_expect_eq(id, TD_FAULT_NONE);
 }
 
@@ -183,41 +190,114 @@ static void fmt_num(char *s, size_t n, double x) {
     else snprintf(s, n, "%.3g", x);
 }
 
-Test(faults, bisect_localizes_each_fault_and_clean_cpu_is_conformant, .init = make_tmpdir, .fini = remove_tmpdir,
-     .timeout = 600) {
-    fprintf(stderr, "%-20s %-14s %-22s %-22s %-9s %-9s %-9s\n", "fault", "fixture", "expected", "found", "error",
-            "ratio", "growth");
-    int bad = 0;
+/* Every backend but the oracle that implements at least one fault. */
+static int injectable(const td_backend_vt *vt) {
+    if (!strcmp(vt->name, "ref")) return 0;
+    for (int f = 1; f < TD_FAULT_COUNT; f++)
+        if (td_fault_implemented(vt, (td_fault)f)) return 1;
+    return 0;
+}
+
+/* One backend: each catalog fault it implements, on each fixture of the
+ * table, named at the expected tap and step; then clean runs conformant. */
+static int bisect_backend(const td_backend_vt *vt) {
+    const char *B = vt->name;
+    fprintf(stderr, "%-8s %-20s %-14s %-22s %-22s %-9s %-9s %-9s\n", "backend", "fault", "fixture", "expected",
+            "found", "error", "ratio", "growth");
+    int bad = 0, n_cases = 0;
     for (size_t i = 0; i < N_EXPECT; i++) {
         const expect *e = &k_expect[i];
+        td_fault id;
+        td_err perr = {{0}};
+        cr_assert_eq(td_fault_parse("test", e->fault, &id, &perr), TD_OK, "%s", perr.msg);
+        if (!td_fault_implemented(vt, id)) continue;
+        n_cases++;
         found f;
-        bisect(e->fixture, e->fault, &f);
+        bisect(B, e->fixture, e->fault, &f);
         char exp[128], got[128], se[16], sr[16], sg[16];
         snprintf(exp, sizeof exp, "%s@%d", e->tap, e->step);
         if (f.tap[0]) snprintf(got, sizeof got, "%s@%d", f.tap, f.step);
         else snprintf(got, sizeof got, "(%s)", f.verdict);
         fmt_num(se, sizeof se, f.err), fmt_num(sr, sizeof sr, f.ratio), fmt_num(sg, sizeof sg, f.growth);
-        fprintf(stderr, "%-20s %-14s %-22s %-22s %-9s %-9s %-9s\n", e->fault, e->fixture, exp, got, se, sr, sg);
+        fprintf(stderr, "%-8s %-20s %-14s %-22s %-22s %-9s %-9s %-9s\n", B, e->fault, e->fixture, exp, got, se, sr,
+                sg);
         const int ok = f.exit_code == 1 && !strcmp(f.verdict, "divergent") && !strcmp(f.tap, e->tap) && f.step == e->step;
-        cr_expect(ok, "%s on %s: expected divergent at %s, got exit %d %s %s", e->fault, e->fixture, exp, f.exit_code,
-                  f.verdict, got);
+        cr_expect(ok, "%s: %s on %s: expected divergent at %s, got exit %d %s %s", B, e->fault, e->fixture, exp,
+                  f.exit_code, f.verdict, got);
         bad += !ok;
     }
+    cr_expect_gt(n_cases, 0, "%s declares faults but no case of the table exercises them", B);
     // green: the unmutated backend on every fixture used above
     static const char *const clean[] = {"llama-f32",     "qwen3-f32",  "qwen3moe-f32", "qwen3moe-ties",
                                         "llama-q4_k",    "qwen3-q4_k", "qwen3moe-q4_k",
                                         "llama-iq2_xxs", "qwen3moe-iq2_xxs"};
     for (size_t i = 0; i < sizeof clean / sizeof clean[0]; i++) {
         found f;
-        bisect(clean[i], NULL, &f);
+        bisect(B, clean[i], NULL, &f);
         char got[128];
         if (f.tap[0]) snprintf(got, sizeof got, "%s@%d", f.tap, f.step);
         else snprintf(got, sizeof got, "(%s)", f.verdict);
-        fprintf(stderr, "%-20s %-14s %-22s %-22s\n", "(none)", clean[i], "(conformant)", got);
-        cr_expect(f.exit_code == 0 && !strcmp(f.verdict, "conformant"), "clean cpu on %s: exit %d, %s %s", clean[i],
+        fprintf(stderr, "%-8s %-20s %-14s %-22s %-22s\n", B, "(none)", clean[i], "(conformant)", got);
+        cr_expect(f.exit_code == 0 && !strcmp(f.verdict, "conformant"), "clean %s on %s: exit %d, %s %s", B, clean[i],
                   f.exit_code, f.verdict, got);
     }
+    return bad;
+}
+
+Test(faults, bisect_localizes_each_fault_on_every_backend_that_implements_it_and_clean_is_conformant,
+     .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600) {
+    int bad = 0, n_backends = 0;
+    const td_backend_vt *const *all = td_backend_list();
+    for (size_t i = 0; all[i]; i++)
+        if (injectable(all[i])) {
+            n_backends++;
+            bad += bisect_backend(all[i]);
+        }
+    cr_expect_gt(n_backends, 0, "no registered backend implements a fault: the catalog is untested");
     cr_expect_eq(bad, 0, "%d fault(s) not localized as the catalog says", bad);
+}
+
+/* exit status of `tapdiff ARGS` (stdout/stderr: the file err_out) */
+static int tapdiff_status(const char *args, const char *err_out) {
+    const char *td = getenv("TD_TAPDIFF");
+    if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
+    char cmd[2048];
+    snprintf(cmd, sizeof cmd, "'%s' %s >'%s' 2>&1", td, args, err_out);
+    int st = system(cmd);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+static void expect_file_has(const char *path, const char *what) {
+    char buf[4096] = "";
+    FILE *f = fopen(path, "r");
+    cr_assert_not_null(f, "%s", path);
+    size_t n = fread(buf, 1, sizeof buf - 1, f);
+    buf[n] = '\0';
+    fclose(f);
+    cr_expect(strstr(buf, what) != NULL, "expected '%s' in: %s", what, buf);
+}
+
+Test(faults, a_backend_without_the_fault_refuses_it_with_exit_2, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char model[512], args[1536], log[600];
+    fixture_path("llama-f32", model, sizeof model);
+    snprintf(log, sizeof log, "%s/refuse.log", tmpdir);
+    // ref32 implements no fault: run and bisect both refuse before running anything
+    cr_assert(!td_fault_implemented(td_backend_find("ref32"), TD_FAULT_ROPE_PAIRING));
+    snprintf(args, sizeof args, "run --model '%s' --backend ref32 --inject rope_pairing --tokens 1,2 --steps 1",
+             model);
+    cr_expect_eq(tapdiff_status(args, log), 2, "run --backend ref32 --inject");
+    expect_file_has(log, "backend 'ref32' does not implement this fault (implemented by: cpu");
+    snprintf(args, sizeof args,
+             "bisect --model '%s' --a ref --b ref32 --control-arm none --inject rope_pairing --tokens 1,2 "
+             "--steps 1 --out-dir '%s/refuse' --quiet",
+             model, tmpdir);
+    cr_expect_eq(tapdiff_status(args, log), 2, "bisect --b ref32 --inject");
+    expect_file_has(log, "does not implement this fault");
+    // an unknown fault stays bad input (exit 3), as before the catalog was shared
+    snprintf(args, sizeof args, "run --model '%s' --backend cpu --inject no_such_fault --tokens 1,2 --steps 1",
+             model);
+    cr_expect_eq(tapdiff_status(args, log), 3, "run --inject no_such_fault");
+    expect_file_has(log, "expected a fault of the catalog");
 }
 
 /* Greedy run of the cpu arm through `tapdiff run`, then the single-arm

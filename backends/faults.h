@@ -1,0 +1,83 @@
+/* tapdiff: the fault-injection catalog (DESIGN.md "Fault injection"), shared
+ * by every backend. `--inject NAME` runs ONE backend with ONE named,
+ * deliberate bug, so a test can prove that tapdiff bisect localizes it (red)
+ * while the unmutated backend stays conformant (green). The names and each
+ * entry's expected first divergent tap and step are a contract: tests assert
+ * them, whichever backend carries the bug.
+ *
+ * A backend declares the faults it implements in its td_backend_vt.faults
+ * (TD_FAULT_BIT of each); the runner refuses a fault the chosen backend does
+ * not implement before opening it (td_fault_check_backend: exit 2). How a
+ * backend implements a fault is its own business (backends/cpu/cpu_faults.h);
+ * the MoE routing faults are flags of the shared router (forward.h).
+ *
+ * Steps: step 0 is the prefill, step s >= 1 the s-th decode step (the
+ * backend counts forwards since open/reset). Tap names are the canonical
+ * "blk.L.name" / "inp.*" / "out.*" of the tap files.
+ * A library: no printing, no exit(). */
+#ifndef TD_FAULTS_H
+#define TD_FAULTS_H
+
+#include <stdint.h>
+
+#include "backend.h"
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+typedef enum td_fault {
+    TD_FAULT_NONE = 0,
+    TD_FAULT_ROPE_PAIRING = 1,      /* NORM <-> NEOX pairing swapped */
+    TD_FAULT_STALE_TOKEN = 2,       /* decode step 2 consumes token 0, not the one it was fed */
+    TD_FAULT_RMSNORM_EPS = 3,       /* 1/sqrt(mean(x^2)) + eps instead of 1/sqrt(mean(x^2) + eps) */
+    TD_FAULT_ROUTER_TIEBREAK = 4,   /* equal router probabilities: the HIGHER expert index ranks first */
+    TD_FAULT_MOE_NO_RENORM = 5,     /* selected expert probabilities used without renormalisation */
+    TD_FAULT_KQUANT_SCALE_BIT = 6,  /* Q4_K decoder reads bit 0 of sub-block 0's 6-bit scale inverted */
+    TD_FAULT_KV_POS = 7,            /* decode: K/V written at position p-1 (attention spans 0..p-1) */
+    TD_FAULT_GQA_MAP_MOD = 8,       /* query head h reads KV head h mod Hkv instead of h / (H/Hkv) */
+    TD_FAULT_ATTN_SCALE = 9,        /* attention scores scaled by 1/D instead of 1/sqrt(D) */
+    TD_FAULT_RESIDUAL_SKIP = 10,    /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
+    TD_FAULT_IQ_SIGN_BIT = 11,      /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
+    TD_FAULT_COUNT
+} td_fault;
+
+/* The bit of fault f in td_backend_vt.faults. */
+#define TD_FAULT_BIT(f) (UINT64_C(1) << (f))
+
+/* The decode step stale_token hits, and the layer residual_skip hits. */
+#define TD_FAULT_STALE_STEP 2
+#define TD_FAULT_RESIDUAL_LAYER 1
+
+typedef struct td_fault_info {
+    td_fault id;
+    const char *name;            /* the --inject name */
+    const char *bug;             /* one line: what is wrong */
+    const char *first_tap;       /* expected first divergent tap (llama and qwen3moe fixtures) */
+    const char *first_tap_qwen3; /* the same on qwen3 (dense) fixtures when it differs, else NULL */
+    int first_step;              /* expected step of the first divergence */
+    const char *fixtures;        /* where it is visible (the conformance test's set) */
+} td_fault_info;
+
+/* Catalog entries 1 .. TD_FAULT_COUNT-1 in order; NULL past the end or for 0. */
+const td_fault_info *td_fault_get(td_fault f);
+/* NULL or "" -> TD_FAULT_NONE. TD_EINPUT for an unknown name: the message,
+ * prefixed by `who`, lists the names. */
+int td_fault_parse(const char *who, const char *name, td_fault *out, td_err *err);
+/* The expected first divergent tap of fault f on a model of architecture
+ * `arch` ("llama", "qwen3", "qwen3moe"). */
+const char *td_fault_expected_tap(td_fault f, const char *arch);
+
+/* Whether the backend `vt` implements fault f. */
+int td_fault_implemented(const td_backend_vt *vt, td_fault f);
+/* For `--inject name` on backend vt: TD_OK when it implements the fault (or
+ * name is NULL / ""), TD_EINPUT for an unknown name, TD_EUSAGE (exit 2) with
+ * the backends that do implement it when vt does not. */
+int td_fault_check_backend(const td_backend_vt *vt, const char *name, td_err *err);
+/* The backends (registry order) that implement f: "cpu" / "cpu, ..." / "none". */
+void td_fault_backends(td_fault f, char *buf, size_t bufsz);
+
+#ifdef __cplusplus
+}
+#endif
+#endif
