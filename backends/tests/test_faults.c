@@ -22,19 +22,15 @@
 #include "faults.h"
 #include "fixtures.h"
 #include "selfcheck.h"
+#include "td_test.h"
 
 static char tmpdir[256];
 
 static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/td_faults_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+    td_test_tmpdir(tmpdir, sizeof tmpdir, "faults");
 }
 
-static void remove_tmpdir(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
-}
+static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 
 static void fixture_path(const char *name, char *path, size_t sz) {
     td_err err = {{0}};

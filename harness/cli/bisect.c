@@ -229,6 +229,7 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
     cfg.decode_label = pinned ? "pinned:A" : NULL;
     cfg.tap_path = path;
     cfg.tap_mode = TD_TAP_FULL;
+    cfg.keep_all_logits = 1; // the three-arm verdict measures every forward's logits
     cfg.threads = (int)a->threads;
     cfg.inject = inject;
     cfg.profile = profile;

@@ -19,6 +19,7 @@
 #include "reference.h"
 #include "runner.h"
 #include "tapfile.h"
+#include "td_test.h"
 
 /* ------------------------------------------------------------------------ */
 /* Helpers                                                                    */
@@ -26,15 +27,10 @@
 static char tmpdir[256];
 
 static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/td_reference_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+    td_test_tmpdir(tmpdir, sizeof tmpdir, "ref");
 }
 
-static void remove_tmpdir(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
-}
+static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 
 /* Writes fixture `name` into tmpdir and opens it. */
 static td_model *open_fixture(const char *name) {

@@ -27,6 +27,7 @@
 #include "tapfile.h"
 #include "td_common.h"
 #include "td_config.h"
+#include "td_test.h"
 
 /* ------------------------------------------------------------------------ */
 /* Temporary files                                                            */
@@ -39,11 +40,7 @@ static void make_tmpdir(void) {
     cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp: %s", strerror(errno));
 }
 
-static void remove_tmpdir(void) {
-    char cmd[320];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
-}
+static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 
 static const char *tmp_path(const char *name) {
     static char buf[4][400];

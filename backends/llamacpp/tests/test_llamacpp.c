@@ -26,6 +26,7 @@
 #include "catalog.h"
 #ifdef TD_HAVE_LLAMACPP
 #include "llamacpp.h"
+#include "td_test.h"
 #endif
 
 #define NOT_BUILT "llama.cpp peer not built (run ci/fetch-llamacpp.sh, then meson setup --reconfigure BUILD)"
@@ -41,15 +42,10 @@
 static char tmpdir[256];
 
 static void make_tmpdir(void) {
-    snprintf(tmpdir, sizeof tmpdir, "/tmp/td_llamacpp_XXXXXX");
-    cr_assert_not_null(mkdtemp(tmpdir), "mkdtemp failed");
+    td_test_tmpdir(tmpdir, sizeof tmpdir, "llamacpp");
 }
 
-static void remove_tmpdir(void) {
-    char cmd[300];
-    snprintf(cmd, sizeof cmd, "rm -rf '%s'", tmpdir);
-    if (tmpdir[0] && system(cmd) != 0) cr_log_warn("could not remove %s", tmpdir);
-}
+static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 
 static void fixture_path(const char *name, char *path, size_t n) {
     td_err err = {{0}};

@@ -186,6 +186,7 @@ Test(vulkan, untapped_and_tapped_logits_equal, .init = setup, .fini = teardown) 
         cfg.threads = 1;
         cfg.tap_path = i ? td_test_path(dir, "full.h5") : NULL;
         cfg.tap_mode = TD_TAP_FULL;
+        cfg.keep_all_logits = 1; // every forward's row, not the latest only
         td_err err = {{0}};
         int rc = td_run(&cfg, &res[i], &err);
         cr_assert_eq(rc, TD_OK, "run (%s): %s", i ? "tapped" : "untapped", err.msg);
