@@ -7,18 +7,6 @@
 /* Token history                                                          */
 /* ===================================================================== */
 
-void td_hist_reset(td_hist *h) { h->n = 0; }
-
-void td_hist_push(td_hist *h, const int32_t *tokens, int64_t T) {
-    for (int64_t t = 0; t < T; t++) {
-        if (h->n == TD_HIST_W) {
-            memmove(h->ids, h->ids + 1, (TD_HIST_W - 1) * sizeof h->ids[0]);
-            h->n--;
-        }
-        h->ids[h->n++] = tokens[t];
-    }
-}
-
 void td_hist_tap(const td_hist *h, td_tap_sink *sink) {
     const int64_t shape[1] = {h->n};
     TD_TAP(sink, -1, "hist.tokens", TD_DT_I64, h->ids, 1, shape);

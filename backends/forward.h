@@ -17,22 +17,13 @@
 #include <stdint.h>
 
 #include "backend.h"
+#include "hist.h"
 
 #ifdef __cplusplus
 extern "C" {
 #endif
 
-/* Width of the token history tap hist.tokens (the last W ids consumed). */
-#define TD_HIST_W 16
-
-typedef struct td_hist {
-    int64_t ids[TD_HIST_W]; /* oldest first */
-    int64_t n;
-} td_hist;
-
-void td_hist_reset(td_hist *h);
-/* Appends the T ids a successful step consumed, dropping the oldest. */
-void td_hist_push(td_hist *h, const int32_t *tokens, int64_t T);
+/* td_hist, td_hist_reset and td_hist_push: taps/hist.h. */
 /* hist.tokens: i64 [n], n <= W. */
 void td_hist_tap(const td_hist *h, td_tap_sink *sink);
 

@@ -41,6 +41,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "hist.h"
 #include "tap_internal.h"
 #include "tapfile.h"
 #include "td_common.h"
@@ -51,8 +52,6 @@
 // Chunks of about this size: whole rows where a row fits (the reader
 // streams by rows), inside HDF5's default 1 MiB chunk cache.
 #define CHUNK_TARGET_BYTES (256u * 1024u)
-// hist.tokens' window: the forwards' (backends/forward.h TD_HIST_W).
-#define HIST_W 16
 
 struct td_tap_sink {
     char *path;
@@ -76,8 +75,7 @@ struct td_tap_sink {
     td_err err;
     // td_tap_step_begin_tokens: the token history hist.tokens reports
     int64_t next_pos;   // pos0 of a step begun without positions
-    int64_t hist[HIST_W];
-    int n_hist;
+    td_hist hist;
     int hist_due;       // the open step was begun with its tokens
     int hist_emitted;   // the engine emitted hist.tokens itself
 };
@@ -499,8 +497,8 @@ int td_tap_step_end(td_tap_sink *s, td_err *err) {
         return report(s, err);
     }
     if (s->hist_due && !s->hist_emitted) {
-        const int64_t w = s->n_hist;
-        emit(s, -1, "hist.tokens", TD_DT_I64, s->hist, NULL, 1, &w);
+        const int64_t w = s->hist.n;
+        emit(s, -1, "hist.tokens", TD_DT_I64, s->hist.ids, NULL, 1, &w);
         if (s->status) return report(s, err);
     }
     int32_t one = 1;
@@ -793,13 +791,7 @@ int td_tap_step_begin_tokens(td_tap_sink *s, const int32_t *tokens, const int32_
     emit(s, -1, "inp.tokens", TD_DT_I32, tokens, NULL, 1, shape);
     if (!s->status) emit(s, -1, "inp.pos", TD_DT_I32, pos ? pos : p, NULL, 1, shape);
     free(p);
-    for (int64_t i = 0; i < n; i++) {
-        if (s->n_hist == HIST_W) {
-            memmove(s->hist, s->hist + 1, (HIST_W - 1) * sizeof s->hist[0]);
-            s->n_hist--;
-        }
-        s->hist[s->n_hist++] = tokens[i];
-    }
+    td_hist_push(&s->hist, tokens, n);
     s->hist_due = 1;
     return report(s, err);
 }
