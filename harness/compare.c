@@ -277,6 +277,16 @@ static int same_nonfinite(double a, double b) {
     return isinf(a) && isinf(b) && (a > 0) == (b > 0);
 }
 
+// nf[0] NaN, nf[1] +Inf, nf[2] -Inf.
+static void nf_count(uint64_t nf[3], double v) {
+    if (isnan(v))
+        nf[0]++;
+    else if (isinf(v))
+        nf[v > 0 ? 1 : 2]++;
+}
+
+static uint64_t nf_total(const uint64_t nf[3]) { return nf[0] + nf[1] + nf[2]; }
+
 /* The fingerprint lower bound of ||b-a|| / ||a|| (compare.h). */
 static double fp_lower_bound(const td_fingerprint *a, const td_fingerprint *b) {
     double na = sqrt(a->sum_sq), nb = sqrt(b->sum_sq);
@@ -530,10 +540,17 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     if (!a->has_data || !b->has_data) {
         t->method = TD_CMP_FINGERPRINT;
         t->err = fp_lower_bound(&a->fp, &b->fp);
+        t->err_finite = t->err;
+        t->nf_a[0] = a->fp.n_nonfinite;
+        t->nf_b[0] = b->fp.n_nonfinite;
         if (a->fp.n_nonfinite != b->fp.n_nonfinite) {
             uint64_t x = a->fp.n_nonfinite, y = b->fp.n_nonfinite;
             t->n_nonfinite_mismatch = x > y ? x - y : y - x;
+        } else {
+            t->n_nonfinite_both = a->fp.n_nonfinite; // same count: where is unknown
         }
+        // A fingerprint over non-finite values bounds nothing.
+        if (a->fp.n_nonfinite || b->fp.n_nonfinite) t->err = NAN;
         // A data control is still streamed below (only the control pair).
         if (!ctrl_data) return TD_OK;
     } else {
@@ -596,7 +613,17 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
             for (uint64_t j = 0; j < cols; j++) {
                 double x = ar[j], y = br[j];
                 if (!isfinite(x) || !isfinite(y)) {
-                    if (!isfinite(x) && !isfinite(y) && same_nonfinite(x, y)) continue;
+                    if (!nf_total(t->nf_a) && !nf_total(t->nf_b)) {
+                        t->first_nonfinite = (uint64_t)(r0 + r) * cols + j;
+                        t->nf_first_a = x;
+                        t->nf_first_b = y;
+                    }
+                    nf_count(t->nf_a, x);
+                    nf_count(t->nf_b, y);
+                    if (!isfinite(x) && !isfinite(y) && same_nonfinite(x, y)) {
+                        t->n_nonfinite_both++;
+                        continue;
+                    }
                     if (!t->n_nonfinite_mismatch) {
                         t->first_mismatch = (uint64_t)(r0 + r) * cols + j;
                         t->mis_a = x;
@@ -635,9 +662,14 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     }
     if (!data) return TD_OK;
 
-    t->err = rel_l2(d2, a2, b2);
+    t->err = t->err_finite = rel_l2(d2, a2, b2);
     if (!have_max) t->max_abs = 0;
     t->cosine = a2 > 0 && b2 > 0 ? ab / sqrt(a2 * b2) : (a2 == 0 && b2 == 0 ? 1.0 : 0.0);
+    if (nf_total(t->nf_a) || nf_total(t->nf_b)) {
+        // The error of a tap with non-finite values is not its finite part's.
+        t->err = t->nf_a[0] || t->nf_b[0] ? NAN : INFINITY;
+        t->cosine = NAN;
+    }
     if (!n_ulp) t->ulp_max = NAN;
     t->ulp_median = ulp_median(c, n_ulp);
     where_share(t->rows, row_d2s, d2);
@@ -697,6 +729,8 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
     }
     if (t->n_nonfinite_mismatch)
         t->fail = TD_CMPF_NONFINITE;
+    else if (t->n_nonfinite_both)
+        t->fail = TD_CMPF_NONFINITE_BOTH;
     else if (!(t->ratio <= 1.0))
         t->fail = TD_CMPF_BUDGET;
     else if (t->lg_top1_unexplained)
@@ -941,6 +975,8 @@ static int count_extra(ctx *c, arm *a, int64_t s, int64_t *counter, const char *
 
 static int dvp_cmp(const void *x, const void *y) {
     const td_cmp_dvp *a = x, *b = y;
+    // A non-finite error is the worst news: NaN ratios first.
+    if (isnan(a->ratio) != isnan(b->ratio)) return isnan(a->ratio) ? -1 : 1;
     if (a->ratio > b->ratio) return -1;
     if (a->ratio < b->ratio) return 1;
     return strcmp(a->name, b->name);
@@ -957,30 +993,39 @@ static void decode_vs_prefill(td_cmp_result *r) {
     int64_t n = 0;
     int64_t *ix = td_xmalloc(sizeof *ix * (size_t)(r->n_taps ? r->n_taps : 1));
     for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].method != TD_CMP_INTEGER && !isnan(r->taps[i].err)) ix[n++] = i;
+        if (r->taps[i].method != TD_CMP_INTEGER) ix[n++] = i;
     name_base_ = r->taps;
     qsort(ix, (size_t)n, sizeof *ix, tap_name_cmp);
     r->dvp = td_xmalloc(sizeof *r->dvp * (size_t)(n ? n : 1));
     for (int64_t i = 0; i < n;) {
         int64_t j = i;
         double pre = -1, dec = -1;
-        int64_t dstep = -1;
+        int64_t dstep = -1, n_nf = 0;
+        int have_pre = 0, have_dec = 0;
+        // NaN compares false: a NaN error must win "worst" explicitly.
         for (; j < n && !strcmp(r->taps[ix[j]].name, r->taps[ix[i]].name); j++) {
             const td_cmp_tap *t = &r->taps[ix[j]];
+            if (!isfinite(t->err)) n_nf++;
             if (t->kind == TD_STEP_PREFILL) {
-                if (t->err > pre) pre = t->err;
-            } else if (t->err > dec) {
-                dec = t->err;
-                dstep = t->step;
+                have_pre = 1;
+                if (!isnan(pre) && (isnan(t->err) || t->err > pre)) pre = t->err;
+            } else {
+                have_dec = 1;
+                if (!isnan(dec) && (isnan(t->err) || t->err > dec)) {
+                    dec = t->err;
+                    dstep = t->step;
+                }
             }
         }
-        if (pre >= 0 && dec >= 0) {
+        if (have_pre && have_dec) {
             td_cmp_dvp *d = &r->dvp[r->n_dvp++];
             snprintf(d->name, sizeof d->name, "%s", r->taps[ix[i]].name);
             d->prefill_err = pre;
             d->decode_err = dec;
             d->decode_step = dstep;
             d->ratio = pre > 0 ? dec / pre : (dec > 0 ? INFINITY : 1.0);
+            if (isnan(pre) || isnan(dec)) d->ratio = NAN;
+            d->n_nonfinite = n_nf;
         }
         i = j;
     }

@@ -13,6 +13,12 @@
  *  cosine   a.b / (||a|| ||b||); 1 when both are zero, 0 when one is.
  *  nonfinite mismatch: indices where one arm is NaN/Inf and the other is
  *           not (or NaN vs Inf, +Inf vs -Inf): a divergence at that tap.
+ *  non-finite values: counted per arm (NaN, +Inf, -Inf) with the first
+ *           position. A tap holding any is never reported as a small error:
+ *           err = NaN when a NaN is present, else +Inf (err_finite keeps the
+ *           relative L2 over the finite pairs). Both arms non-finite at the
+ *           same elements is TD_CMPF_NONFINITE_BOTH, divergent too: a
+ *           reference that is not finite answers nothing.
  *  ULP      |b-a| / ulp_B(a), ulp_B = spacing of B's dtype at a (subnormal
  *           spacing near 0). max exact; median from a histogram: exact below
  *           1024 ulp, quarter-octave bins above (reported as the bin's lower
@@ -86,7 +92,9 @@
  *
  * ---- Decode vs prefill -----------------------------------------------------
  *  per tap name: worst decode-step err / prefill err (a stale-state or
- *  feedback bug makes it O(1) against ~1e-6). Reported, not judged.
+ *  feedback bug makes it O(1) against ~1e-6). Reported, not judged. A step
+ *  whose err is NaN/Inf (non-finite values) is included, not skipped: NaN
+ *  dominates the worst, and n_nonfinite counts such steps.
  *
  * ---- Verdict ---------------------------------------------------------------
  *  The first divergent tap is the first in execution order (step order, then
@@ -152,6 +160,7 @@ typedef enum td_cmp_fail {
     TD_CMPF_INTEGER = 3,   /* an integer tap differs */
     TD_CMPF_TOP1 = 4,      /* logits: top-1 flip beyond the budget's margin */
     TD_CMPF_KL = 5,        /* logits: a row's KL over its budget */
+    TD_CMPF_NONFINITE_BOTH = 6, /* NaN/Inf in both arms at the same elements: not conformant */
 } td_cmp_fail;
 
 typedef enum td_cmp_ctrl {
@@ -223,6 +232,14 @@ typedef struct td_cmp_tap {
 
     td_cmp_where rows[TD_CMP_N_WHERE]; /* positions that diverge most (rows of [T, ...]) */
     td_cmp_where cols[TD_CMP_N_WHERE]; /* channels that diverge most */
+
+    /* Non-finite values of each arm (data taps): [0] NaN, [1] +Inf, [2] -Inf;
+     * fingerprint-only taps: [0] holds the fingerprint's non-finite count. */
+    uint64_t nf_a[3], nf_b[3];
+    uint64_t n_nonfinite_both; /* elements non-finite in both arms, same class */
+    uint64_t first_nonfinite;  /* first flat index non-finite in either arm */
+    double nf_first_a, nf_first_b; /* the two values there */
+    double err_finite; /* relative L2 over the finite pairs only (= err when all finite) */
 } td_cmp_tap;
 
 /* Worst decode-step error over prefill error, per tap name. */
@@ -232,6 +249,8 @@ typedef struct td_cmp_dvp {
     double decode_err;   /* worst decode step */
     int64_t decode_step;
     double ratio;        /* decode_err / prefill_err; +inf when prefill is exact */
+    int64_t n_nonfinite; /* steps of this tap whose err is NaN/Inf (non-finite values): they
+                            make the worst error NaN/Inf, never dropped */
 } td_cmp_dvp;
 
 typedef struct td_cmp_result {
@@ -303,6 +322,7 @@ static inline const char *td_cmp_fail_name(td_cmp_fail f) {
     case TD_CMPF_INTEGER: return "integer";
     case TD_CMPF_TOP1: return "top1";
     case TD_CMPF_KL: return "kl";
+    case TD_CMPF_NONFINITE_BOTH: return "nonfinite_both";
     }
     return "?";
 }

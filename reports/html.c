@@ -202,8 +202,8 @@ static void tap_tr(FILE *f, const td_cmp_result *r, const td_cmp_tap *t, int fir
             rp_kind(t->kind));
     td_report_html_escape(f, t->name);
     fprintf(f, "</code></td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>",
-            rp_shape(s, sizeof s, t), td_cmp_method_name(t->method), rp_num(e, sizeof e, t->err),
-            rp_num(c, sizeof c, t->err_ctrl), rp_budget(b, sizeof b, t), rp_num(q, sizeof q, t->ratio),
+            rp_shape(s, sizeof s, t), td_cmp_method_name(t->method), rp_val(e, sizeof e, t->err),
+            rp_num(c, sizeof c, t->err_ctrl), rp_budget(b, sizeof b, t), rp_val(q, sizeof q, t->ratio),
             rp_num(g, sizeof g, t->growth), t->fail ? td_cmp_fail_name(t->fail) : "ok");
     fprintf(f, "<td class=\"why\">");
     td_report_html_escape(f, rp_why(why, sizeof why, r, t));
@@ -282,8 +282,8 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
         td_report_html_escape(f, t->name);
         fprintf(f, "</code>, step %lld (%s)</h2>\n<ul>\n", (long long)t->step, rp_kind(t->kind));
         fprintf(f, "<li>kind <b>%s</b>; error %s, control %s, budget %s, <b>r = %s</b></li>\n",
-                td_cmp_fail_name(t->fail), rp_num(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl),
-                rp_num(q, sizeof q, t->budget), rp_num(w, sizeof w, t->ratio));
+                td_cmp_fail_name(t->fail), rp_val(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl),
+                rp_num(q, sizeof q, t->budget), rp_val(w, sizeof w, t->ratio));
         fprintf(f, "<li>why it is not rounding: ");
         td_report_html_escape(f, rp_why(why, sizeof why, r, t));
         fprintf(f, "</li>\n");
@@ -321,8 +321,8 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
             fprintf(f, "<tr><td><code>");
             td_report_html_escape(f, r->dvp[i].name);
             fprintf(f, "</code></td><td>%s</td><td>%s</td><td>%lld</td><td>%s</td></tr>\n",
-                    rp_num(e, sizeof e, r->dvp[i].prefill_err), rp_num(c, sizeof c, r->dvp[i].decode_err),
-                    (long long)r->dvp[i].decode_step, rp_num(q, sizeof q, r->dvp[i].ratio));
+                    rp_val(e, sizeof e, r->dvp[i].prefill_err), rp_val(c, sizeof c, r->dvp[i].decode_err),
+                    (long long)r->dvp[i].decode_step, rp_val(q, sizeof q, r->dvp[i].ratio));
         }
         fprintf(f, "</table>\n");
     }

@@ -45,6 +45,9 @@
  *   "max_abs": num|null, "max_at": {"flat": int, "row": int, "col": int,
  *                                   "position": int|null} | null,
  *   "cosine": num|null, "nonfinite_mismatch": int,
+ *   "nonfinite": {"a": {"nan": int, "+inf": int, "-inf": int}, "b": {...},   // float taps
+ *                 "both": int, "first_flat": int, "err": "nan"|"inf"|"finite",
+ *                 "err_finite": num|null},   // err is null when NaN: "err" here says so
  *   "ulp_max": num|null, "ulp_median": num|null,
  *   "positions": [{"row": int, "position": int|null, "share": num, "err": num}],
  *   "channels": [{"channel": int, "share": num, "err": num}],
@@ -114,6 +117,19 @@ static cJSON *tap_json(const td_cmp_result *r, const td_cmp_tap *t) {
     }
     num(o, "cosine", t->cosine);
     cJSON_AddNumberToObject(o, "nonfinite_mismatch", (double)t->n_nonfinite_mismatch);
+    if (t->method != TD_CMP_INTEGER) {
+        cJSON *nf = cJSON_AddObjectToObject(o, "nonfinite");
+        const char *cls[3] = {"nan", "+inf", "-inf"};
+        const uint64_t *arm[2] = {t->nf_a, t->nf_b};
+        for (int a = 0; a < 2; a++) {
+            cJSON *x = cJSON_AddObjectToObject(nf, a ? "b" : "a");
+            for (int k = 0; k < 3; k++) cJSON_AddNumberToObject(x, cls[k], (double)arm[a][k]);
+        }
+        cJSON_AddNumberToObject(nf, "both", (double)t->n_nonfinite_both);
+        cJSON_AddNumberToObject(nf, "first_flat", (double)t->first_nonfinite);
+        cJSON_AddStringToObject(nf, "err", isnan(t->err) ? "nan" : isinf(t->err) ? "inf" : "finite");
+        num(nf, "err_finite", t->err_finite);
+    }
     num(o, "ulp_max", t->ulp_max);
     num(o, "ulp_median", t->ulp_median);
     cJSON *ps = cJSON_AddArrayToObject(o, "positions");

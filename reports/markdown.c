@@ -23,8 +23,8 @@ static void tap_row(FILE *f, const td_cmp_tap *t, int mark) {
     fprintf(f, "| %s%lld | %s | `", mark ? "**" : "", (long long)t->step, rp_kind(t->kind));
     cell(f, t->name);
     fprintf(f, "`%s | %s | %s | %s | %s | %s | %s | %s | %s |\n", mark ? "**" : "", rp_shape(s, sizeof s, t),
-            td_cmp_method_name(t->method), rp_num(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl),
-            rp_budget(b, sizeof b, t), rp_num(q, sizeof q, t->ratio), rp_num(g, sizeof g, t->growth),
+            td_cmp_method_name(t->method), rp_val(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl),
+            rp_budget(b, sizeof b, t), rp_val(q, sizeof q, t->ratio), rp_num(g, sizeof g, t->growth),
             t->fail ? td_cmp_fail_name(t->fail) : "ok");
 }
 
@@ -61,8 +61,8 @@ void td_report_markdown(FILE *f, const td_cmp_result *r) {
         const td_cmp_tap *t = &r->taps[r->first];
         fprintf(f, "### First divergent tap: `%s`, step %lld (%s)\n\n", t->name, (long long)t->step, rp_kind(t->kind));
         fprintf(f, "- kind: **%s**; error %s, control %s, budget %s, **r = %s**\n", td_cmp_fail_name(t->fail),
-                rp_num(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl), rp_num(q, sizeof q, t->budget),
-                rp_num(w, sizeof w, t->ratio));
+                rp_val(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl), rp_num(q, sizeof q, t->budget),
+                rp_val(w, sizeof w, t->ratio));
         fprintf(f, "- why it is not rounding: %s\n", rp_why(why, sizeof why, r, t));
         if (t->method == TD_CMP_DATA) {
             fprintf(f, "- max |b-a| %s at %s; cosine %.9f; ulp max %s, median %s\n", rp_num(e, sizeof e, t->max_abs),
@@ -100,9 +100,9 @@ void td_report_markdown(FILE *f, const td_cmp_result *r) {
         fprintf(f, "### Decode vs prefill (worst decode error / prefill error)\n\n");
         fprintf(f, "| tap | prefill err | worst decode err | step | ratio |\n|---|---:|---:|---:|---:|\n");
         for (int64_t i = 0; i < r->n_dvp && i < 5; i++)
-            fprintf(f, "| `%s` | %s | %s | %lld | %s |\n", r->dvp[i].name, rp_num(e, sizeof e, r->dvp[i].prefill_err),
-                    rp_num(c, sizeof c, r->dvp[i].decode_err), (long long)r->dvp[i].decode_step,
-                    rp_num(q, sizeof q, r->dvp[i].ratio));
+            fprintf(f, "| `%s` | %s | %s | %lld | %s |\n", r->dvp[i].name, rp_val(e, sizeof e, r->dvp[i].prefill_err),
+                    rp_val(c, sizeof c, r->dvp[i].decode_err), (long long)r->dvp[i].decode_step,
+                    rp_val(q, sizeof q, r->dvp[i].ratio));
         fprintf(f, "\n");
     }
     if (r->n_notes) {

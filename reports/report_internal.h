@@ -12,6 +12,11 @@
 const char *rp_kind(td_step_kind k);
 /* %.3g; "n/a" for NaN, "inf" for +inf. Returns buf. */
 char *rp_num(char *buf, size_t n, double v);
+/* A measured value: like rp_num but "nan" for NaN (an error or a value
+ * that IS NaN, never "n/a"). */
+char *rp_val(char *buf, size_t n, double v);
+/* "non-finite values: A ... NaN, +Inf, -Inf; B ...; first at ..." */
+char *rp_nonfinite(char *buf, size_t n, const td_cmp_tap *t);
 /* The budget as a number, or "exact" for an integer tap. */
 char *rp_budget(char *buf, size_t n, const td_cmp_tap *t);
 /* "f32 [1, 64]" */

@@ -27,6 +27,31 @@ char *rp_num(char *buf, size_t n, double v) {
     return buf;
 }
 
+char *rp_val(char *buf, size_t n, double v) {
+    if (isnan(v)) {
+        snprintf(buf, n, "nan");
+        return buf;
+    }
+    return rp_num(buf, n, v);
+}
+
+char *rp_nonfinite(char *buf, size_t n, const td_cmp_tap *t) {
+    char w[96], x[32], y[32];
+    if (t->method == TD_CMP_FINGERPRINT) {
+        snprintf(buf, n, "non-finite values: A %llu, B %llu (fingerprints: NaN and Inf not told apart, positions unknown)",
+                 (unsigned long long)t->nf_a[0], (unsigned long long)t->nf_b[0]);
+        return buf;
+    }
+    snprintf(buf, n,
+             "non-finite values: A %llu NaN, %llu +Inf, %llu -Inf; B %llu NaN, %llu +Inf, %llu -Inf; %llu at the same "
+             "elements in both; first at %s (A = %s, B = %s)",
+             (unsigned long long)t->nf_a[0], (unsigned long long)t->nf_a[1], (unsigned long long)t->nf_a[2],
+             (unsigned long long)t->nf_b[0], (unsigned long long)t->nf_b[1], (unsigned long long)t->nf_b[2],
+             (unsigned long long)t->n_nonfinite_both, rp_where(w, sizeof w, t, t->first_nonfinite),
+             rp_val(x, sizeof x, t->nf_first_a), rp_val(y, sizeof y, t->nf_first_b));
+    return buf;
+}
+
 char *rp_budget(char *buf, size_t n, const td_cmp_tap *t) {
     if (t->method == TD_CMP_INTEGER) {
         snprintf(buf, n, "exact");
@@ -74,18 +99,28 @@ char *rp_where(char *buf, size_t n, const td_cmp_tap *t, uint64_t flat) {
 char *rp_why(char *buf, size_t n, const td_cmp_result *r, const td_cmp_tap *t) {
     char w[96], x[32], y[32], z[32], g[32];
     switch (t->fail) {
+    case TD_CMPF_NONFINITE_BOTH: {
+        char nf[400];
+        snprintf(buf, n,
+                 "both arms are non-finite at the same elements, so nothing there was compared and the reference "
+                 "itself is broken; %s",
+                 rp_nonfinite(nf, sizeof nf, t));
+        return buf;
+    }
     case TD_CMPF_NONFINITE:
         if (t->method == TD_CMP_FINGERPRINT)
             snprintf(buf, n,
                      "the fingerprints' non-finite counts differ by %llu (data not compared); rounding never turns "
                      "finite values into NaN or Inf",
                      (unsigned long long)t->n_nonfinite_mismatch);
-        else
+        else {
+            char nf[400];
             snprintf(buf, n,
                      "%llu values are NaN/Inf in one arm and not in the other (first at %s: A = %s, B = %s); "
-                     "rounding never turns finite values into NaN or Inf",
+                     "rounding never turns finite values into NaN or Inf; %s",
                      (unsigned long long)t->n_nonfinite_mismatch, rp_where(w, sizeof w, t, t->first_mismatch),
-                     rp_num(x, sizeof x, t->mis_a), rp_num(y, sizeof y, t->mis_b));
+                     rp_val(x, sizeof x, t->mis_a), rp_val(y, sizeof y, t->mis_b), rp_nonfinite(nf, sizeof nf, t));
+        }
         return buf;
     case TD_CMPF_INTEGER:
         if (t->method == TD_CMP_INTEGER && isnan(t->err))
@@ -118,16 +153,16 @@ char *rp_why(char *buf, size_t n, const td_cmp_result *r, const td_cmp_tap *t) {
     size_t o = 0;
     if (t->ctrl != TD_CTRL_NONE && t->err_ctrl > 0)
         o += (size_t)snprintf(buf + o, n - o, "error %s is %sx the control arm's honest error here (%s)",
-                              rp_num(x, sizeof x, t->err), rp_num(y, sizeof y, t->err / t->err_ctrl),
+                              rp_val(x, sizeof x, t->err), rp_num(y, sizeof y, t->err / t->err_ctrl),
                               rp_num(z, sizeof z, t->err_ctrl));
     else if (t->ctrl != TD_CTRL_NONE)
-        o += (size_t)snprintf(buf + o, n - o, "error %s where the control arm is exact", rp_num(x, sizeof x, t->err));
+        o += (size_t)snprintf(buf + o, n - o, "error %s where the control arm is exact", rp_val(x, sizeof x, t->err));
     else
         o += (size_t)snprintf(buf + o, n - o, "error %s against the %s floor %s (no control error here)",
-                              rp_num(x, sizeof x, t->err), td_dtype_name(t->dtype_b) ? td_dtype_name(t->dtype_b) : "?",
+                              rp_val(x, sizeof x, t->err), td_dtype_name(t->dtype_b) ? td_dtype_name(t->dtype_b) : "?",
                               rp_num(z, sizeof z, t->floor));
     if (o < n)
-        o += (size_t)snprintf(buf + o, n - o, "; r = %s %s the budget (k = %g)", rp_num(g, sizeof g, t->ratio),
+        o += (size_t)snprintf(buf + o, n - o, "; r = %s %s the budget (k = %g)", rp_val(g, sizeof g, t->ratio),
                               t->fail == TD_CMPF_BUDGET ? "over" : "within", r->k);
     if (o < n && !isnan(t->err_ctrl_used) && !(t->err_ctrl_used == t->err_ctrl))
         o += (size_t)snprintf(buf + o, n - o, "; a tap of %llu values: the budget uses the control error its input "

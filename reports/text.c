@@ -38,7 +38,7 @@ static void tap_line(FILE *f, const td_cmp_tap *t) {
         return;
     }
     fprintf(f, "    step %-3lld %-24s err %-9s budget %-9s r %-9s %s\n", (long long)t->step, t->name,
-            rp_num(e, sizeof e, t->err), rp_num(b, sizeof b, t->budget), rp_num(q, sizeof q, t->ratio),
+            rp_val(e, sizeof e, t->err), rp_num(b, sizeof b, t->budget), rp_val(q, sizeof q, t->ratio),
             t->fail ? td_cmp_fail_name(t->fail) : "");
 }
 
@@ -49,9 +49,14 @@ static void first_tap(FILE *f, const td_cmp_result *r) {
             (long long)t->step, rp_kind(t->kind), (long long)t->pos0, (long long)t->n_tokens,
             t->n_tokens == 1 ? "" : "s",
             rp_shape(s, sizeof s, t), td_cmp_fail_name(t->fail));
-    fprintf(f, "  error      rel L2 %s   control %s (%s)   budget %s   r = %s\n", rp_num(e, sizeof e, t->err),
+    fprintf(f, "  error      rel L2 %s   control %s (%s)   budget %s   r = %s\n", rp_val(e, sizeof e, t->err),
             rp_num(c, sizeof c, t->err_ctrl), td_cmp_ctrl_name(t->ctrl), rp_num(b, sizeof b, t->budget),
-            rp_num(q, sizeof q, t->ratio));
+            rp_val(q, sizeof q, t->ratio));
+    if (t->fail == TD_CMPF_NONFINITE || t->fail == TD_CMPF_NONFINITE_BOTH) {
+        char nf[400];
+        fprintf(f, "  %s; rel L2 over the finite pairs %s\n", rp_nonfinite(nf, sizeof nf, t),
+                rp_num(e, sizeof e, t->err_finite));
+    }
     if (t->input[0])
         fprintf(f, "  growth     %s over its input %s (err %s)\n", rp_num(g, sizeof g, t->growth), t->input,
                 rp_num(e, sizeof e, t->err_input));
@@ -85,9 +90,11 @@ static void first_tap(FILE *f, const td_cmp_result *r) {
                 rp_num(e, sizeof e, t->lg_kl_max), rp_num(c, sizeof c, t->lg_kl_mean));
     for (int64_t i = 0; i < r->n_dvp; i++)
         if (!strcmp(r->dvp[i].name, t->name)) {
-            fprintf(f, "  decode/prefill  worst decode error %s (step %lld) / prefill %s = %s\n",
-                    rp_num(e, sizeof e, r->dvp[i].decode_err), (long long)r->dvp[i].decode_step,
-                    rp_num(c, sizeof c, r->dvp[i].prefill_err), rp_num(q, sizeof q, r->dvp[i].ratio));
+            fprintf(f, "  decode/prefill  worst decode error %s (step %lld) / prefill %s = %s%s%lld%s\n",
+                    rp_val(e, sizeof e, r->dvp[i].decode_err), (long long)r->dvp[i].decode_step,
+                    rp_val(c, sizeof c, r->dvp[i].prefill_err), rp_val(q, sizeof q, r->dvp[i].ratio),
+                    r->dvp[i].n_nonfinite ? " (" : "", (long long)r->dvp[i].n_nonfinite,
+                    r->dvp[i].n_nonfinite ? " step(s) with non-finite values included)" : "");
             break;
         }
     int64_t before[3];

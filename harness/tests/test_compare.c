@@ -138,6 +138,7 @@ Test(compare, nonfinite_mismatch_is_a_divergence) {
     write_one(P("b.h5"), TD_DT_F64, c, 1, 4, "x");
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
     cr_assert_eq(r->taps[0].n_nonfinite_mismatch, 0, "NaN in both at the same place is not a mismatch");
+    cr_assert_eq(r->taps[0].n_nonfinite_both, 1, "... but it is counted");
     td_cmp_result_free(r);
     write_one(P("a.h5"), TD_DT_F64, a, 1, 4, "ref");
     write_one(P("b.h5"), TD_DT_F64, b, 1, 4, "x");
@@ -146,7 +147,58 @@ Test(compare, nonfinite_mismatch_is_a_divergence) {
     cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
     cr_assert_eq(t->n_nonfinite_mismatch, 1);
     cr_assert_eq(t->first_mismatch, 2);
-    cr_assert_eq(t->err, 0.0, "the finite pairs agree exactly");
+    cr_assert_eq(t->err_finite, 0.0, "the finite pairs agree exactly");
+    cr_assert(isnan(t->err), "a tap holding a NaN has a NaN error, never 0 (got %g)", t->err);
+    cr_assert_eq(t->nf_b[0], 1);
+    cr_assert_eq(t->nf_a[0] + t->nf_a[1] + t->nf_a[2], 0);
+    td_cmp_result_free(r);
+}
+
+/* The whole tap NaN in B: divergent, with the counts, and its error NaN (the
+ * report must not read as "err 0"). */
+Test(compare, all_nan_tap_is_divergent_with_counts) {
+    double a[8] = {1, 2, 3, 4, 5, 6, 7, 8}, b[8];
+    for (int i = 0; i < 8; i++) b[i] = NAN;
+    b[5] = INFINITY;
+    b[6] = -INFINITY;
+    write_one(P("a.h5"), TD_DT_F64, a, 2, 4, "ref");
+    write_one(P("b.h5"), TD_DT_F32, b, 2, 4, "x");
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
+    const td_cmp_tap *t = &r->taps[0];
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
+    cr_assert_eq(t->n_nonfinite_mismatch, 8);
+    cr_assert_eq(t->nf_b[0], 6, "NaN count");
+    cr_assert_eq(t->nf_b[1], 1, "+Inf count");
+    cr_assert_eq(t->nf_b[2], 1, "-Inf count");
+    cr_assert_eq(t->first_nonfinite, 0);
+    cr_assert(isnan(t->err) && !(t->ratio <= 1.0), "err %g ratio %g", t->err, t->ratio);
+    // Only infinities: the error is +Inf.
+    for (int i = 0; i < 8; i++) b[i] = i == 3 ? INFINITY : a[i];
+    write_one(P("b.h5"), TD_DT_F32, b, 2, 4, "x");
+    td_cmp_result_free(r);
+    r = cmp(P("a.h5"), P("b.h5"), NULL);
+    t = &r->taps[0];
+    cr_assert(isinf(t->err) && t->err > 0, "err %g", t->err);
+    cr_assert_eq(t->first_nonfinite, 3);
+    cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
+    td_cmp_result_free(r);
+}
+
+/* NaN in both arms at the same elements is not a pass: the reference is not
+ * finite either, so nothing there was compared. */
+Test(compare, both_nan_is_not_conformant) {
+    double a[4];
+    for (int i = 0; i < 4; i++) a[i] = NAN;
+    write_one(P("a.h5"), TD_DT_F64, a, 1, 4, "ref");
+    write_one(P("b.h5"), TD_DT_F32, a, 1, 4, "x");
+    td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
+    const td_cmp_tap *t = &r->taps[0];
+    cr_assert_eq(t->n_nonfinite_mismatch, 0);
+    cr_assert_eq(t->n_nonfinite_both, 4);
+    cr_assert_eq(t->fail, TD_CMPF_NONFINITE_BOTH);
+    cr_assert_eq(r->verdict, TD_DIVERGENT, "both-NaN must not be conformant");
+    cr_assert(isnan(t->err));
     td_cmp_result_free(r);
 }
 
@@ -491,6 +543,35 @@ Test(compare, decode_vs_prefill_ratio) {
     cr_assert_eq(r->dvp[0].decode_step, 3);
     double pre = find(r, 0, "blk.0.attn_out")->err, dec = find(r, 3, "blk.0.attn_out")->err;
     cr_assert_float_eq(r->dvp[0].ratio, dec / pre, 1e-12);
+    td_cmp_result_free(r);
+}
+
+static void nan_fn(void *ctx, int64_t step, const td_tap_info *t, double *v, uint64_t n) {
+    const perturb *p = ctx;
+    if (step == p->step && !strcmp(t->name, p->name))
+        for (uint64_t i = 0; i < n; i++) v[i] = NAN;
+}
+
+/* A decode step whose tap is all NaN is not skipped by the decode/prefill
+ * summary: its worst decode error is NaN and the step is counted. */
+Test(compare, decode_vs_prefill_keeps_a_nan_step) {
+    write_arms();
+    perturb p = {.step = 3, .name = "blk.0.attn_out"};
+    tg_copy(P("cand.h5"), P("bad.h5"), nan_fn, &p, NULL, NULL, NULL, NULL);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("ref32.h5");
+    td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
+    const td_cmp_dvp *d = NULL;
+    for (int64_t i = 0; i < r->n_dvp; i++)
+        if (!strcmp(r->dvp[i].name, "blk.0.attn_out")) d = &r->dvp[i];
+    cr_assert_not_null(d, "the NaN tap vanished from the decode/prefill summary");
+    cr_assert(isnan(d->decode_err), "worst decode err %g", d->decode_err);
+    cr_assert_eq(d->decode_step, 3);
+    cr_assert_eq(d->n_nonfinite, 1);
+    cr_assert_str_eq(r->dvp[0].name, "blk.0.attn_out", "a NaN ratio sorts first");
+    const td_cmp_tap *t = &r->taps[r->first];
+    cr_assert_str_eq(t->name, "blk.0.attn_out");
+    cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
     td_cmp_result_free(r);
 }
 

@@ -154,6 +154,41 @@ Test(report, json_encodes_non_finite_values) {
     td_cmp_result_free(r);
 }
 
+/* An all-NaN tap reads as NaN with its counts in every report, never "err
+ * 0" nor "n/a". */
+Test(report, nan_tap_reads_as_nan_with_counts) {
+    double a[4] = {1, 2, 3, 4}, b[4] = {NAN, NAN, INFINITY, -INFINITY};
+    td_tap_sink *s = tg_open(P("a.h5"), "ref", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "blk.0.ffn_up", TD_DT_F64, a, 1, 4);
+    tg_end(s);
+    tg_close(s);
+    s = tg_open(P("b.h5"), "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 1);
+    tg_emit2(s, "blk.0.ffn_up", TD_DT_F64, b, 1, 4);
+    tg_end(s);
+    tg_close(s);
+    td_cmp_result *r;
+    td_err e;
+    cr_assert_eq(td_compare(P("a.h5"), P("b.h5"), NULL, &r, &e), TD_OK);
+    char *tx = render(td_report_text, r);
+    cr_assert(strstr(tx, "rel L2 nan"), "%s", tx);
+    cr_assert(strstr(tx, "B 2 NaN, 1 +Inf, 1 -Inf"), "%s", tx);
+    cr_assert(strstr(tx, "kind: nonfinite"), "%s", tx);
+    char *md = render(td_report_markdown, r);
+    cr_assert(strstr(md, "nan"), "%s", md);
+    char *js = td_report_json(r);
+    cJSON *j = cJSON_Parse(js);
+    cJSON *nf = cJSON_GetObjectItem(cJSON_GetObjectItem(j, "first_divergent"), "nonfinite");
+    cr_assert_eq(cJSON_GetObjectItem(cJSON_GetObjectItem(nf, "b"), "nan")->valueint, 2);
+    cr_assert_str_eq(cJSON_GetObjectItem(nf, "err")->valuestring, "nan");
+    cJSON_Delete(j);
+    free(js);
+    free(md);
+    free(tx);
+    td_cmp_result_free(r);
+}
+
 Test(report, markdown_names_the_first_tap) {
     td_cmp_result *r = divergent("bad.h5");
     char *md = render(td_report_markdown, r);
