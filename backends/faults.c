@@ -46,6 +46,11 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                               "the IQ2_XXS decoder takes element 0's sign from bit 1 of its group's sign mask",
                               "blk.0.ffn_out", NULL, 0,
                               "*-iq2_xxs only: the first product with an IQ2_XXS weight (ffn_down)"},
+    [TD_FAULT_THREAD_RACE] = {TD_FAULT_THREAD_RACE, "thread_race",
+                              "attention tasks write their scores into thread 0's scratch row, whichever thread "
+                              "runs them (a shared buffer written without synchronisation)",
+                              "blk.0.attn_ctx", NULL, 0,
+                              "every fixture, at 2+ threads: `tapdiff determinism` (exit 5), not bisect"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {
@@ -77,6 +82,10 @@ const char *td_fault_expected_tap(td_fault f, const char *arch) {
     const td_fault_info *fi = td_fault_get(f);
     if (!fi) return NULL;
     return fi->first_tap_qwen3 && arch && !strcmp(arch, "qwen3") ? fi->first_tap_qwen3 : fi->first_tap;
+}
+
+int td_fault_is_race(td_fault f) {
+    return f == TD_FAULT_THREAD_RACE;
 }
 
 int td_fault_implemented(const td_backend_vt *vt, td_fault f) {

@@ -39,6 +39,7 @@ typedef enum td_fault {
     TD_FAULT_ATTN_SCALE = 9,        /* attention scores scaled by 1/D instead of 1/sqrt(D) */
     TD_FAULT_RESIDUAL_SKIP = 10,    /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
     TD_FAULT_IQ_SIGN_BIT = 11,      /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
+    TD_FAULT_THREAD_RACE = 12,      /* attention tasks share one score buffer across threads (a data race) */
     TD_FAULT_COUNT
 } td_fault;
 
@@ -68,6 +69,10 @@ int td_fault_parse(const char *who, const char *name, td_fault *out, td_err *err
  * `arch` ("llama", "qwen3", "qwen3moe"). */
 const char *td_fault_expected_tap(td_fault f, const char *arch);
 
+/* 1 when fault f is a race: its verdict is `tapdiff determinism`'s
+ * "nondeterministic" (exit 5) at 2+ threads, not a tap of bisect (one run
+ * may even be right); its first_tap is where it corrupts values. */
+int td_fault_is_race(td_fault f);
 /* Whether the backend `vt` implements fault f. */
 int td_fault_implemented(const td_backend_vt *vt, td_fault f);
 /* For `--inject name` on backend vt: TD_OK when it implements the fault (or

@@ -17,6 +17,7 @@
  *   - attention runs one task per (token, head).
  * Shapes in comments are row-major, outermost first: (T, E) = T rows of E. */
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -525,8 +526,12 @@ static void attn_task(void *ctx, int64_t task, int th) {
     const float *q = b->a.q + (t * H + h) * D;
     const float *kc = b->k_cache[j->l] + g * D, *vc = b->v_cache[j->l] + g * D;
     const float scale = (float)(b->fault == TD_FAULT_ATTN_SCALE ? 1.0 / (double)D : 1.0 / sqrt((double)D));
-    float *att = b->att[th];
+    // thread_race: every thread's scores in one row; the yield only widens
+    // the window in which another thread overwrites them
+    const int race = b->fault == TD_FAULT_THREAD_RACE;
+    float *att = b->att[race ? 0 : th];
     for (int64_t s = 0; s < n; s++) att[s] = scale * b->k.dot_f32(q, kc + s * Hkv * D, D);
+    if (race) sched_yield();
     softmax_f32(att, att, n);
     float *o = b->a.ctx.x + (t * H + h) * D;
     memset(o, 0, (size_t)D * sizeof *o);
@@ -969,7 +974,8 @@ const td_backend_vt td_cpu_backend = {
               TD_FAULT_BIT(TD_FAULT_RMSNORM_EPS) | TD_FAULT_BIT(TD_FAULT_ROUTER_TIEBREAK) |
               TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
               TD_FAULT_BIT(TD_FAULT_KV_POS) | TD_FAULT_BIT(TD_FAULT_GQA_MAP_MOD) | TD_FAULT_BIT(TD_FAULT_ATTN_SCALE) |
-              TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT),
+              TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT) |
+              TD_FAULT_BIT(TD_FAULT_THREAD_RACE),
 };
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {

@@ -167,7 +167,9 @@ Test(faults, catalog_matches_hand_worked_expectations) {
         covered[id] = 1;
     }
     for (int f = 1; f < TD_FAULT_COUNT; f++) {
-        cr_expect(covered[f], "fault %s has no conformance case", td_fault_get(f)->name);
+        // a race has no tap to bisect: test_determinism covers it (exit 5 at 2 threads)
+        cr_expect(covered[f] || td_fault_is_race((td_fault)f), "fault %s has no conformance case",
+                  td_fault_get(f)->name);
         char who[128];
         td_fault_backends((td_fault)f, who, sizeof who);
         cr_expect_str_neq(who, "none", "fault %s: no backend implements it", td_fault_get(f)->name);

@@ -93,3 +93,32 @@ Test(determinism, verb_reports_deterministic_arm_and_refuses_one_run) {
     snprintf(args, sizeof args, "determinism --model %s --backend cpu --tokens 1 --runs 1", model);
     cr_assert_eq(td_test_tapdiff_sh(args, out, 1), 2);
 }
+
+/* The catalog's thread_race (attention tasks share one score row across
+ * threads) is found by the verb at 2 threads within 20 runs (exit 5, at an
+ * attention tap), while the same runs of the unmutated arm are identical. */
+static int det_cpu(const char *model, const char *inject, const char *sub, char **txt) {
+    char args[2048];
+    snprintf(args, sizeof args,
+             "determinism --model %s --backend cpu %s%s --threads 2 --runs 20 --tokens 1,2,3,4,5,6,7,8,9 --steps 3 "
+             "--out-dir %s/%s",
+             model, inject ? "--inject " : "", inject ? inject : "", dir, sub);
+    const char *out = td_test_path(dir, "race.txt");
+    int rc = td_test_tapdiff_sh(args, out, 1);
+    *txt = td_test_slurp(out, NULL);
+    return rc;
+}
+
+Test(determinism, thread_race_is_nondeterministic_at_2_threads_and_clean_arm_is_not) {
+    const char *model = td_test_fixture(dir, "llama-f32");
+    char *txt;
+    int rc = det_cpu(model, "thread_race", "race", &txt);
+    if (rc == 77) cr_skip_test("cpu backend not built: %s", txt);
+    cr_assert_eq(rc, TD_NONDETERMINISTIC, "thread_race not caught in 20 runs at 2 threads: %s", txt);
+    cr_assert(strstr(txt, "nondeterministic: run ") && strstr(txt, "attn_"), "%s", txt);
+    free(txt);
+    rc = det_cpu(model, NULL, "clean", &txt);
+    cr_assert_eq(rc, 0, "the unmutated cpu arm at 2 threads: %s", txt);
+    cr_assert(strstr(txt, "deterministic: 20 runs"), "%s", txt);
+    free(txt);
+}
