@@ -51,6 +51,16 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                               "runs them (a shared buffer written without synchronisation)",
                               "blk.0.attn_ctx", NULL, 0,
                               "every fixture, at 2+ threads: `tapdiff determinism` (exit 5), not bisect"},
+    [TD_FAULT_SIMD_TAIL] = {TD_FAULT_SIMD_TAIL, "simd_tail",
+                            "the f32 dot kernel (8 lanes) never adds the n % 8 tail",
+                            "blk.0.attn_ctx", NULL, 0,
+                            "qwen3-tails-f32 only (D = 18: the attention scores q.k; the prefill's projections "
+                            "run through sgemm)"},
+    [TD_FAULT_ODDBLOCK_Q8_0] = {TD_FAULT_ODDBLOCK_Q8_0, "oddblock_q8_0",
+                                "the Q8_0 row dot, unrolled by two blocks, drops the last block of an odd count",
+                                "blk.0.attn_q", NULL, 1,
+                                "qwen3-oddblocks-q8_0 only (3 and 5 blocks per row); step 1 because an 8-token "
+                                "prefill takes sgemm, step 0 with TD_CPU_GEMM_MIN_T=1000000 (row kernels)"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {

@@ -40,6 +40,8 @@ typedef enum td_fault {
     TD_FAULT_RESIDUAL_SKIP = 10,    /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
     TD_FAULT_IQ_SIGN_BIT = 11,      /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
     TD_FAULT_THREAD_RACE = 12,      /* attention tasks share one score buffer across threads (a data race) */
+    TD_FAULT_SIMD_TAIL = 13,        /* the f32 dot kernel drops the n % 8 tail */
+    TD_FAULT_ODDBLOCK_Q8_0 = 14,    /* the Q8_0 row dot, unrolled by 2 blocks, drops an odd last block */
     TD_FAULT_COUNT
 } td_fault;
 

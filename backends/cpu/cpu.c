@@ -975,7 +975,8 @@ const td_backend_vt td_cpu_backend = {
               TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
               TD_FAULT_BIT(TD_FAULT_KV_POS) | TD_FAULT_BIT(TD_FAULT_GQA_MAP_MOD) | TD_FAULT_BIT(TD_FAULT_ATTN_SCALE) |
               TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT) |
-              TD_FAULT_BIT(TD_FAULT_THREAD_RACE),
+              TD_FAULT_BIT(TD_FAULT_THREAD_RACE) | TD_FAULT_BIT(TD_FAULT_SIMD_TAIL) |
+              TD_FAULT_BIT(TD_FAULT_ODDBLOCK_Q8_0),
 };
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {

@@ -51,7 +51,59 @@ static void iq2xxs_to_f32_faulty(int type, const void *w, float *dst, int64_t n)
     }
 }
 
+/* ---- simd_tail ------------------------------------------------------------ */
+
+/* An 8-lane f32 dot (an AVX2 accumulator's shape) whose loop stops at the
+ * last full group of 8: the n % 8 tail is never added. Exactly that bug, so
+ * on lengths that are multiples of 8 it is an honest f32 dot. */
+#define TAIL_LANES 8
+
+static float dot_f32_f32_no_tail(const float *a, const float *b, int64_t n) {
+    float lane[TAIL_LANES] = {0};
+    for (int64_t i = 0; i + TAIL_LANES <= n; i += TAIL_LANES)
+        for (int l = 0; l < TAIL_LANES; l++) lane[l] += a[i + l] * b[i + l];
+    float s = 0;
+    for (int l = 0; l < TAIL_LANES; l++) s += lane[l];
+    return s;
+}
+
+static float dot_f32_no_tail(const void *w, const float *x, const float *xs, int64_t n) {
+    (void)xs;
+    return dot_f32_f32_no_tail(w, x, n);
+}
+
+/* ---- oddblock_q8_0 -------------------------------------------------------- */
+
+/* A Q8_0 row dot unrolled by two blocks whose remainder step is missing: a
+ * row with an odd number of blocks loses its last one. */
+static float dot_q8_0_pairs(const void *wv, const float *x, const float *xs, int64_t n) {
+    (void)xs;
+    const uint8_t *b = wv;
+    const int64_t nb = n / 32;
+    double s = 0;
+    for (int64_t j = 0; j + 2 <= nb; j += 2)
+        for (int64_t u = j; u < j + 2; u++) {
+            const uint8_t *blk = b + u * (int64_t)sizeof(td_blk_q8_0);
+            const int8_t *q = (const int8_t *)(blk + offsetof(td_blk_q8_0, qs));
+            float p = 0;
+            for (int i = 0; i < 32; i++) p += (float)q[i] * x[32 * u + i];
+            s += td_blk_f16(td_blk_u16(blk + offsetof(td_blk_q8_0, d))) * (double)p;
+        }
+    return (float)s;
+}
+
 void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
+    if (f == TD_FAULT_SIMD_TAIL) {
+        k->dot_f32 = dot_f32_f32_no_tail;
+        k->type[TD_TYPE_F32].dot = dot_f32_no_tail;
+        return;
+    }
+    if (f == TD_FAULT_ODDBLOCK_Q8_0) {
+        td_cpu_type_ops *op = &k->type[TD_TYPE_Q8_0];
+        op->dot = dot_q8_0_pairs;
+        op->dot_q8 = NULL; // act-q8 products take x' = d*q through the same faulty dot
+        return;
+    }
     if (f == TD_FAULT_IQ_SIGN_BIT) {
         td_cpu_type_ops *op = &k->type[TD_TYPE_IQ2_XXS];
         op->to_f32 = iq2xxs_to_f32_faulty;

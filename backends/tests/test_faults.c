@@ -89,6 +89,10 @@ static const expect k_expect[] = {
     {"kquant_scale_bit", "qwen3moe-q4_k", "qwen3moe", "blk.0.ffn_out", 0},
     {"iq_sign_bit", "llama-iq2_xxs", "llama", "blk.0.ffn_out", 0},
     {"iq_sign_bit", "qwen3moe-iq2_xxs", "qwen3moe", "blk.0.ffn_out", 0},
+    // D = 18: the prefill's projections run through sgemm, the attention scores q.k through dot_f32
+    {"simd_tail", "qwen3-tails-f32", "qwen3", "blk.0.attn_ctx", 0},
+    // E = 96 (3 blocks): the first Q8_0 dot is attn_q; the 8-token prefill takes sgemm, so decode step 1
+    {"oddblock_q8_0", "qwen3-oddblocks-q8_0", "qwen3", "blk.0.attn_q", 1},
 };
 #define N_EXPECT (sizeof k_expect / sizeof k_expect[0])
 
@@ -228,7 +232,8 @@ static int bisect_backend(const td_backend_vt *vt) {
     // green: the unmutated backend on every fixture used above
     static const char *const clean[] = {"llama-f32",     "qwen3-f32",  "qwen3moe-f32", "qwen3moe-ties",
                                         "llama-q4_k",    "qwen3-q4_k", "qwen3moe-q4_k",
-                                        "llama-iq2_xxs", "qwen3moe-iq2_xxs"};
+                                        "llama-iq2_xxs", "qwen3moe-iq2_xxs", "qwen3-tails-f32",
+                                        "qwen3-oddblocks-q8_0"};
     for (size_t i = 0; i < sizeof clean / sizeof clean[0]; i++) {
         found f;
         bisect(B, clean[i], NULL, &f);
@@ -329,4 +334,28 @@ Test(faults, stale_token_caught_by_selfcheck_on_cpu_greedy_file, .init = make_tm
     cr_expect_eq(rep.fail_step, TD_FAULT_STALE_STEP, "at decode step 2: %s", rep.message);
     cr_expect_eq(rep.found, 0, "the step consumed token 0: %s", rep.message);
     cr_expect_neq(rep.expected, 0, "the argmax it should have consumed is not 0: %s", rep.message);
+}
+
+/* The size faults need the size fixtures: on every fixture without a tail or
+ * an odd block count they are conformant (they would pass every older test),
+ * and oddblock_q8_0 shows at the prefill (step 0) once the prefill runs
+ * through the row kernels (TD_CPU_GEMM_MIN_T above the prompt length). */
+Test(faults, size_faults_need_their_fixtures, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600) {
+    static const char *const old[] = {"llama-f32", "qwen3-f32", "qwen3moe-f32", "llama-q8_0", "qwen3-q8_0"};
+    static const char *const faults[] = {"simd_tail", "oddblock_q8_0"};
+    for (size_t f = 0; f < 2; f++)
+        for (size_t i = 0; i < sizeof old / sizeof old[0]; i++) {
+            found r;
+            bisect("cpu", old[i], faults[f], &r);
+            fprintf(stderr, "cpu      %-20s %-14s %-22s %s\n", faults[f], old[i], "(conformant)", r.verdict);
+            cr_expect(r.exit_code == 0 && !strcmp(r.verdict, "conformant"), "%s on %s: exit %d %s %s@%d", faults[f],
+                      old[i], r.exit_code, r.verdict, r.tap, r.step);
+        }
+    setenv("TD_CPU_GEMM_MIN_T", "1000000", 1);
+    found r;
+    bisect("cpu", "qwen3-oddblocks-q8_0", "oddblock_q8_0", &r);
+    unsetenv("TD_CPU_GEMM_MIN_T");
+    cr_expect(r.exit_code == 1 && !strcmp(r.tap, "blk.0.attn_q") && r.step == 0,
+              "oddblock_q8_0 with row kernels in the prefill: exit %d %s %s@%d", r.exit_code, r.verdict, r.tap,
+              r.step);
 }
