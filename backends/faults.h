@@ -39,6 +39,8 @@ typedef enum td_fault {
     TD_FAULT_ATTN_SCALE = 9,        /* attention scores scaled by 1/D instead of 1/sqrt(D) */
     TD_FAULT_RESIDUAL_SKIP = 10,    /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
     TD_FAULT_IQ_SIGN_BIT = 11,      /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
+    TD_FAULT_CUDA_SYNC_MISSING = 12, /* cuda: the RMSNorm block reduction reads its partials without the barrier */
+    TD_FAULT_CUDA_SMEM_STRIDE = 13,  /* cuda: attention writes its scores to shared memory with stride 1, reads 2 */
     TD_FAULT_COUNT
 } td_fault;
 
