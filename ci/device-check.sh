@@ -64,7 +64,7 @@ if [ $PACK = 1 ]; then
       *) cp -L "$l" "$st/lib/" ;;
     esac
   done
-  v=$(TD_LLAMACPP_CPU_VARIANT= build-device/tapdiff backends | awk '$1=="llamacpp"{print $4}' | sed 's/ggml-cpu-//')
+  v=$(TD_LLAMACPP_CPU_VARIANT= build-device/tapdiff backends | awk '$1=="llamacpp"' | grep -o 'ggml-cpu-[a-z0-9_]*' | head -1 | sed 's/ggml-cpu-//')
   cp -L .deps/llamacpp/lib/libggml-cpu-"${v:-haswell}".so .deps/llamacpp/lib/libggml-cpu-x64.so "$st/llama/"
   cp -L .deps/llamacpp-vulkan/lib/libggml-vulkan.so "$st/llama/"
   [ -f .deps/llamacpp-cuda/lib/libggml-cuda.so ] && cp -L .deps/llamacpp-cuda/lib/libggml-cuda.so "$st/llama/"
@@ -94,11 +94,18 @@ if [ $CUDA = 1 ]; then
   # Every step is bounded (timeout) so a hang costs one row, not the session.
   W=$D/cuda && mkdir -p "$W"
   TAB=$W/table.txt && : >"$TAB"
-  row() { printf '%-10s %-22s %-12s %s\n' "$@" | tee -a "$TAB"; }
+  row() { printf '%-7s %-31s %-12s %s\n' "$@" | tee -a "$TAB"; }
   fail=0
   want_rc() { # what a cuda step must exit with: 77 in a dry run (no device), else $1
     [ "$DRY" = 1 ] && echo 77 || echo "$1"; }
   t0=$(date +%s)
+  # the benchmark models take a minute or more each to write: in the background from the start
+  size=200m; [ "$DRY" = 1 ] && size=tiny
+  mk_pids=()
+  for ty in Q4_K Q8_0 F16; do
+    M=$W/bench-$ty-$size.gguf
+    [ -f "$M" ] || { timeout 300 "$T" bench --make-model "$M" --type $ty --size $size >/dev/null 2>"$W/mk-$ty.err" & mk_pids+=($!); }
+  done
 
   # 1. the kernels compile with this machine's nvcc for its own GPU (the
   #    carried tapdiff has sm_90 + PTX built in; this checks the toolchain)
@@ -107,7 +114,7 @@ if [ $CUDA = 1 ]; then
     arch=native; [ "$DRY" = 1 ] && arch=sm_90
     s=$(date +%s)
     if "$NVCC" -std=c++17 -O3 -arch=$arch -Werror all-warnings -Xcompiler -Wall,-Wextra,-Werror \
-        -I"$ROOT/model" -I"$ROOT/taps" -I"$ROOT/backends/cuda" -I"$D/include" -c "$ROOT/backends/cuda/kernels.cu" \
+        -I"$ROOT/model" -I"$ROOT/taps" -I"$ROOT/backends/cuda" -c "$ROOT/backends/cuda/kernels.cu" \
         -o "$W/kernels.o" 2>"$W/nvcc.err"; then
       row build kernels.cu "ok" "nvcc -arch=$arch, $(( $(date +%s) - s )) s"
     else
@@ -167,12 +174,11 @@ if [ $CUDA = 1 ]; then
   done
 
   # 5. bench: cuda vs cpu on the ~200M models, next to the bandwidth bound
-  size=200m; [ "$DRY" = 1 ] && size=tiny
+  for p in "${mk_pids[@]}"; do wait "$p"; done
   BW=${TD_GPU_BW_TBS:-4.8}
   printf '%-8s %-6s %12s %12s %14s %14s %10s\n' type arm "prefill t/s" "decode t/s" "MiB/token" "bound t/s" "of bound" | tee -a "$TAB"
   for ty in Q4_K Q8_0 F16; do
     M=$W/bench-$ty-$size.gguf
-    [ -f "$M" ] || timeout 150 "$T" bench --make-model "$M" --type $ty --size $size >/dev/null 2>"$W/mk-$ty.err"
     for arm in cuda cpu; do
       timeout 120 "$T" bench --model "$M" --backend $arm --prompt-len 128 --gen 32 --repeat 2 --bw-mib 256 --json \
         >"$W/bench-$ty-$arm.json" 2>"$W/bench-$ty-$arm.err"
