@@ -79,6 +79,8 @@ int td_cuda_fingerprint(td_fingerprint *fp, td_dtype dtype, const void *d, uint6
  * as doubles.
  * Returns the number of values, 0 for a type the kernels do not decode. */
 int td_cuda_host_decode(int type, const uint8_t *row, int64_t n_in, int64_t chunk, double *y);
+/* The routing of one token as k_moe_route computes it, run on the host. */
+void td_cuda_host_moe_route(int32_t *topk, float *w, const float *probs, int64_t X, int64_t K);
 
 #ifdef __cplusplus
 }

@@ -265,14 +265,11 @@ __global__ void k_add(float *x, const float *y, int64_t n) {
     if (i < n) x[i] += y[i];
 }
 
-// forward.h's routing rule, one thread per token: K passes of "largest not
-// yet chosen", scanning up and replacing only on a STRICTLY larger value, so
-// the lower index wins a tie; weights renormalised with the 2^-14 clamp.
-__global__ void k_moe_route(int32_t *topk, float *w, const float *probs, int64_t T, int64_t X, int64_t K) {
-    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
-    if (t >= T) return;
-    const float *p = probs + t * X;
-    int32_t *tk = topk + t * K;
+// forward.h's routing rule for one token: K passes of "largest not yet
+// chosen", scanning up and replacing only on a STRICTLY larger value, so the
+// lower index wins a tie; weights renormalised with the 2^-14 clamp. Host and
+// device: the cuda suite compares it with td_moe_route_f32 on the host.
+TD_HD static void route_one(int32_t *tk, float *w, const float *p, int64_t X, int64_t K) {
     for (int64_t j = 0; j < K; j++) {
         int64_t best = -1;
         for (int64_t e = 0; e < X; e++) {
@@ -286,7 +283,16 @@ __global__ void k_moe_route(int32_t *topk, float *w, const float *probs, int64_t
     float sum = 0;
     for (int64_t j = 0; j < K; j++) sum += p[tk[j]];
     const float z = sum > 0x1p-14f ? sum : 0x1p-14f;
-    for (int64_t j = 0; j < K; j++) w[t * K + j] = p[tk[j]] / z;
+    for (int64_t j = 0; j < K; j++) w[j] = p[tk[j]] / z;
+}
+
+extern "C" void td_cuda_host_moe_route(int32_t *topk, float *w, const float *probs, int64_t X, int64_t K) {
+    route_one(topk, w, probs, X, K);
+}
+
+__global__ void k_moe_route(int32_t *topk, float *w, const float *probs, int64_t T, int64_t X, int64_t K) {
+    const int64_t t = (int64_t)blockIdx.x * blockDim.x + threadIdx.x;
+    if (t < T) route_one(topk + t * K, w + t * K, probs + t * X, X, K);
 }
 
 __global__ void k_moe_combine(float *out, const float *ys, const float *w, int64_t T, int64_t K, int64_t E) {

@@ -20,6 +20,7 @@
 #include "cuda_dev.h"
 #include "cuda_launch.h"
 #include "fixtures.h"
+#include "forward.h"
 #include "td_test.h"
 #include "types.h"
 
@@ -148,6 +149,29 @@ Test(cuda_decode, an_unknown_type_decodes_nothing) {
     cr_expect_eq(td_cuda_host_decode(TD_TYPE_COUNT + 5, row, 8, 0, y), 0);
     int64_t v, b;
     cr_expect_eq(td_cuda_type_chunk(TD_TYPE_I8, &v, &b), 0);
+}
+
+/* ------------------------------------------------------------ routing */
+
+Test(cuda_route, device_routing_equals_the_shared_rule_ties_included) {
+    // probabilities drawn from few levels, so exact ties at the k-th boundary are common
+    float p[64], w_ref[8], w_got[8];
+    int32_t t_ref[8], t_got[8];
+    int n_ties = 0;
+    for (int trial = 0; trial < 2000; trial++) {
+        const int64_t X = 2 + rnd8() % 63, K = 1 + rnd8() % (X < 8 ? X : 8);
+        for (int64_t e = 0; e < X; e++) p[e] = (float)(rnd8() % 5) / 8.0f + (trial % 7 == 0 ? 0.0f : 1e-3f * (float)(rnd8() % 2));
+        td_moe_route_f32(t_ref, w_ref, p, X, K, 0);
+        td_cuda_host_moe_route(t_got, w_got, p, X, K);
+        for (int64_t j = 0; j < K; j++) {
+            cr_assert_eq(t_got[j], t_ref[j], "trial %d X %lld K %lld rank %lld", trial, (long long)X, (long long)K,
+                         (long long)j);
+            cr_assert(!memcmp(&w_got[j], &w_ref[j], sizeof(float)), "trial %d weight %lld: %a vs %a", trial,
+                      (long long)j, (double)w_got[j], (double)w_ref[j]);
+            n_ties += j > 0 && p[t_ref[j]] == p[t_ref[j - 1]];
+        }
+    }
+    cr_expect_gt(n_ties, 100, "ties exercised: %d", n_ties);
 }
 
 /* ------------------------------------------------------------ no device */
