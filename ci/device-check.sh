@@ -96,8 +96,6 @@ if [ $CUDA = 1 ]; then
   TAB=$W/table.txt && : >"$TAB"
   row() { printf '%-7s %-31s %-12s %s\n' "$@" | tee -a "$TAB"; }
   fail=0
-  want_rc() { # what a cuda step must exit with: 77 in a dry run (no device), else $1
-    [ "$DRY" = 1 ] && echo 77 || echo "$1"; }
   t0=$(date +%s)
   # the benchmark models take a minute or more each to write: in the background from the start
   size=200m; [ "$DRY" = 1 ] && size=tiny
@@ -125,7 +123,9 @@ if [ $CUDA = 1 ]; then
   fi
   "$T" backends | awk '$1=="cuda"' | sed 's/^/backends: /'
   if [ "$DRY" != 1 ] && ! "$T" backends | awk '$1=="cuda" && $2=="available"{f=1} END{exit !f}'; then
-    echo "ci/device-check.sh: the cuda backend cannot run here (see above)" >&2; exit 77
+    echo "ci/device-check.sh: the cuda backend cannot run here (see above)" >&2
+    for p in "${mk_pids[@]}"; do kill "$p" 2>/dev/null; done
+    exit 77
   fi
 
   # 2. cuda vs ref on every fixture (8-token prompt, 16 greedy steps)
