@@ -14,6 +14,7 @@
 #include "faults.h"
 #include "profile.h"
 #include "runner.h"
+#include "tapfile.h"
 
 /* ---- Script ------------------------------------------------------------- */
 
@@ -262,10 +263,107 @@ static int open_arm(const char *name, const td_model *m, const td_backend_params
     return (*vt)->open(b, m, p, err);
 }
 
+/* One forward, its taps (path != NULL) into a tap file of that one step. */
+static int forward_taps(td_backend *b, const int32_t *toks, int64_t T, int64_t pos0, const char *path, double *logits,
+                        td_err *err) {
+    td_tap_sink *s = NULL;
+    int rc = TD_OK;
+    if (path) {
+        td_tap_options opt = td_tap_options_default();
+        opt.compress = 0; // a scratch file read once: no time on deflate
+        if ((rc = td_tap_sink_open(&s, path, &opt, err))) return rc;
+        rc = td_tap_step_begin(s, pos0 == 0 ? TD_STEP_PREFILL : TD_STEP_DECODE, pos0, T, err);
+    }
+    if (!rc) rc = b->vt->forward(b, toks, T, pos0, s, logits, err);
+    if (s) {
+        if (!rc) rc = td_tap_step_end(s, err);
+        td_err e2 = {{0}};
+        const int crc = td_tap_sink_close(s, &e2);
+        if (!rc && crc) rc = crc, *err = e2;
+    }
+    return rc;
+}
+
 /* Straight-line forward of toks[0..n) on a fresh state: rows [n, V]. */
-static int straight(td_backend *b, const int32_t *toks, int64_t n, double *logits, td_err *err) {
+static int straight(td_backend *b, const int32_t *toks, int64_t n, const char *path, double *logits, td_err *err) {
     b->vt->reset(b);
-    return b->vt->forward(b, toks, n, 0, NULL, logits, err);
+    return forward_taps(b, toks, n, 0, path, logits, err);
+}
+
+/* The rows [pos0, pos0 + T) of tap `ti` in a straight-line file f: NULL when
+ * f lacks it (or its data, or its shape differs past the first dimension). */
+static double *oracle_rows(const td_tapfile *f, const td_tap_info *ti, int64_t pos0, int64_t T, td_err *err) {
+    td_tap_info o;
+    td_err e2 = {{0}};
+    if (!f || td_tapfile_tap(f, 0, ti->name, &o, &e2) || !o.has_data || o.ndim != ti->ndim || o.shape[0] < pos0 + T)
+        return NULL;
+    for (int d = 1; d < o.ndim; d++)
+        if (o.shape[d] != ti->shape[d]) return NULL;
+    double *x = td_xmalloc(ti->count * sizeof *x);
+    if (td_tapfile_read_rows_f64(f, 0, ti->name, pos0, T, x, ti->count, err)) {
+        free(x);
+        return NULL;
+    }
+    return x;
+}
+
+/* The arm's taps of one step against the oracle's rows of the same
+ * positions, in the arm's execution order; st gets the deciding tap. */
+static int judge_taps(const char *pa, const char *po, const char *pc, int64_t pos0, int64_t T, double k,
+                      td_sop_step *st, td_err *err) {
+    td_tapfile *fa = NULL, *fo = NULL, *fc = NULL;
+    td_tap_info *taps = NULL;
+    int64_t n = 0;
+    int rc;
+    if ((rc = td_tapfile_open(&fa, pa, err)) || (rc = td_tapfile_open(&fo, po, err)) ||
+        (pc && (rc = td_tapfile_open(&fc, pc, err))) || (rc = td_tapfile_step_taps(fa, 0, &taps, &n, err)))
+        goto out;
+    double big_ctrl = 0; // the largest control error so far in the step
+    for (int64_t i = 0; i < n; i++) {
+        const td_tap_info *t = &taps[i];
+        // the history is a window: a rollback cannot restore what it dropped
+        if (!strcmp(t->name, "hist.tokens") || !t->has_data || t->ndim < 1 || t->shape[0] != T || !t->count) continue;
+        double *o = oracle_rows(fo, t, pos0, T, err);
+        if (!o) continue;
+        double *c = oracle_rows(fc, t, pos0, T, err);
+        double *a = td_xmalloc(t->count * sizeof *a);
+        if ((rc = td_tapfile_read_f64(fa, 0, t->name, a, t->count, err))) {
+            free(a), free(o), free(c);
+            goto out;
+        }
+        double e, ec = NAN, budget;
+        int fail = TD_CMPF_OK, nonfinite = 0;
+        if (td_dtype_is_int(t->dtype)) {
+            uint64_t bad = 0;
+            for (uint64_t j = 0; j < t->count; j++) bad += a[j] != o[j];
+            e = (double)bad / (double)t->count;
+            budget = 0;
+            if (bad) fail = TD_CMPF_INTEGER;
+        } else {
+            e = rel_err(a, o, (int64_t)t->count, &nonfinite);
+            if (c) {
+                ec = rel_err(c, o, (int64_t)t->count, NULL);
+                if (t->count < TD_CMP_SMALL_TAP && big_ctrl > ec) ec = big_ctrl;
+                if (ec > big_ctrl) big_ctrl = ec;
+            }
+            budget = c ? k * ec : 0;
+            const double fl = td_cmp_floor(t->dtype);
+            if (!(budget > fl)) budget = fl;
+            fail = nonfinite ? TD_CMPF_NONFINITE : e > budget ? TD_CMPF_BUDGET : TD_CMPF_OK;
+        }
+        const double ratio = fail == TD_CMPF_INTEGER ? INFINITY : budget > 0 ? e / budget : 0;
+        st->n_taps++;
+        if ((fail && !st->fail) || (!st->fail && !(ratio <= st->ratio))) {
+            st->err = e, st->err_ctrl = ec, st->budget = budget, st->ratio = ratio, st->fail = fail;
+            st->row_pos = pos0;
+            snprintf(st->tap, sizeof st->tap, "%s", t->name);
+        }
+        free(a), free(o), free(c);
+    }
+out:
+    free(taps);
+    td_tapfile_close(fa), td_tapfile_close(fo), td_tapfile_close(fc);
+    return rc;
 }
 
 int td_sop_run(const td_sop_config *c, td_sop_result *r, td_err *err) {
@@ -299,6 +397,14 @@ int td_sop_run(const td_sop_config *c, td_sop_result *r, td_err *err) {
     td_backend *arm = NULL, *ora = NULL, *ctl = NULL;
     const td_backend_vt *avt, *ovt, *cvt;
     sop_seq seqs[TD_SEQ_MAX] = {{0}};
+    char *pa = NULL, *po = NULL, *pc = NULL;
+    if (c->tap_dir) {
+        const size_t n = strlen(c->tap_dir) + 32;
+        pa = td_xmalloc(n), po = td_xmalloc(n), pc = td_xmalloc(n);
+        snprintf(pa, n, "%s/step-arm.h5", c->tap_dir);
+        snprintf(po, n, "%s/step-oracle.h5", c->tap_dir);
+        snprintf(pc, n, "%s/step-control.h5", c->tap_dir);
+    }
     double *la = NULL, *lo = NULL, *lc = NULL;
     td_backend_params ap = {.threads = c->threads, .n_ctx = (uint32_t)max_len, .inject = c->inject,
                             .n_seq = TD_SEQ_MAX};
@@ -360,17 +466,26 @@ int td_sop_run(const td_sop_config *c, td_sop_result *r, td_err *err) {
             else toks = &q->next[q->len - 1], T = 1;
             const int64_t pos0 = q->len;
             memcpy(q->toks + pos0, toks, (size_t)T * sizeof(int32_t));
-            if ((rc = avt->forward(arm, q->toks + pos0, T, pos0, NULL, la, err))) goto out;
+            if ((rc = forward_taps(arm, q->toks + pos0, T, pos0, pa, la, err))) goto out;
             q->len += T;
             for (int64_t t = 0; t < T; t++) q->next[pos0 + t] = (int32_t)argmax(la + t * V, V);
             // the same tokens, straight: no state operation between them
-            if ((rc = straight(ora, q->toks, q->len, lo, err))) goto out;
-            if (ctl && (rc = straight(ctl, q->toks, q->len, lc, err))) goto out;
+            if ((rc = straight(ora, q->toks, q->len, po, lo, err))) goto out;
+            if (ctl && (rc = straight(ctl, q->toks, q->len, pc, lc, err))) goto out;
             td_sop_step st = {.step = step, .op = i, .op_text = o->text, .seq = s, .pos0 = pos0, .n_tokens = T,
-                              .ratio = NAN};
+                              .ratio = NAN, .tap = "out.logits"};
             for (int64_t t = 0; t < T; t++)
                 judge_row(lo + (pos0 + t) * V, la + t * V, ctl ? lc + (pos0 + t) * V : NULL, V, k, floor_, &st,
                           pos0 + t);
+            if (pa) {
+                // the taps decide unless only the logits rows' top-1 / KL rules failed
+                td_sop_step ts = st;
+                ts.fail = 0, ts.ratio = NAN;
+                if ((rc = judge_taps(pa, po, ctl ? pc : NULL, pos0, T, k, &ts, err))) goto out;
+                if (ts.fail || (!st.fail && ts.ratio > st.ratio)) st = ts;
+                else st.n_taps = ts.n_taps;
+                r->n_taps += st.n_taps;
+            }
             if (c->on_step) c->on_step(c->user, &st);
             if (st.fail && r->verdict == TD_OK) r->verdict = TD_DIVERGENT, r->first = st;
             if (st.ratio > r->worst.ratio) r->worst = st;
@@ -384,5 +499,7 @@ out:
     if (ctl) cvt->close(ctl);
     for (int q = 0; q < TD_SEQ_MAX; q++) free(seqs[q].toks), free(seqs[q].next);
     free(la), free(lo), free(lc);
+    if (pa) remove(pa), remove(po), remove(pc);
+    free(pa), free(po), free(pc);
     return rc;
 }

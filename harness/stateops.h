@@ -18,6 +18,15 @@
  * names the sequence without changing the current one. Sequences are
  * 0..TD_SEQ_MAX-1; all start empty and 0 is current.
  *
+ * Taps (tap_dir set): each step's taps of the arm (one tap file per step)
+ * are compared with the same positions' rows of the oracle's straight-line
+ * forward: float taps by relative L2 against k times the control's error
+ * (a tap of fewer than TD_CMP_SMALL_TAP values gets at least the largest
+ * control error of the taps before it in the step: a handful of values is
+ * one noisy draw), integer taps exactly; hist.tokens is not compared (a
+ * rollback cannot restore ids the 16-wide history already dropped). The
+ * first failing tap in the arm's execution order names the step.
+ *
  * Budget, per logits row (as tapdiff compare judges out.logits): err =
  * relative L2 of the arm's row against the oracle's (the oracle run with the
  * arm's declared arithmetic profile), r = err / max(k * err_ctrl, floor of
@@ -82,6 +91,9 @@ typedef struct td_sop_step {
     double err, err_ctrl, budget, ratio; /* of the row with the largest ratio */
     int64_t row_pos;                     /* that row's position */
     int fail;                            /* td_cmp_fail (compare.h); 0 = this step conforms */
+    char tap[128];                       /* the tap that decides the step: its first failing one, else
+                                            the one of the largest ratio ("out.logits" without taps) */
+    int64_t n_taps;                      /* taps compared in this step (0 without taps) */
 } td_sop_step;
 
 typedef struct td_sop_config {
@@ -95,6 +107,7 @@ typedef struct td_sop_config {
     const int32_t *prompt; /* what prefill consumes */
     int64_t n_prompt;
     const td_sop_script *script;
+    const char *tap_dir;   /* an existing folder for the per-step tap files; NULL = logits only */
     void (*on_step)(void *user, const td_sop_step *st); /* each step as judged (may be NULL) */
     void *user;
 } td_sop_config;
@@ -102,6 +115,7 @@ typedef struct td_sop_config {
 typedef struct td_sop_result {
     int verdict;            /* TD_OK or TD_DIVERGENT */
     int64_t n_steps;        /* forwards judged */
+    int64_t n_taps;         /* taps compared over all steps (0 without taps) */
     td_sop_step first;      /* the first failing step (verdict TD_DIVERGENT) */
     td_sop_step worst;      /* the step of the largest ratio */
     char profile[128];      /* the arm's declared profile: the oracle's and control's */

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 #include "args.h"
 #include "cli.h"
@@ -18,7 +19,7 @@ static const char *const sop_help =
     "usage: tapdiff stateops --model M.gguf --arm ARM (--tokens LIST | --tokens-file F |\n"
     "                        --prompt TEXT | --prompt-file F)\n"
     "                        [--script TEXT | --script-file F] [--oracle ARM] [--control-arm ARM|none]\n"
-    "                        [--k N] [--threads N] [--inject FAULT] [--quiet]\n"
+    "                        [--k N] [--threads N] [--inject FAULT] [--taps all|none] [--quiet]\n"
     "\n"
     "Drives ARM through a script of state operations and compares the logits of every forward\n"
     "it makes with the oracle's straight-line forward (reset, then one prefill) of the tokens\n"
@@ -26,6 +27,9 @@ static const char *const sop_help =
     "the arm's own greedy choices. The oracle and the control compute with the arm's declared\n"
     "arithmetic profile (as bisect's three-arm mode); each logits row is judged as tapdiff\n"
     "compare judges out.logits: r = err / max(k * control error, floor), top-1 margin, KL.\n"
+    "With taps (the default) every tap the arm emits in a step is compared with the same\n"
+    "positions' rows of the oracle's straight-line forward (integer taps exactly, hist.tokens\n"
+    "not at all), and the first failing tap in the arm's order names the step.\n"
     "\n"
     "Script: operations separated by ';' or newlines ('#' comments):\n"
     "  prefill [N] [on S]    the first N prompt tokens (default: all) as one step\n"
@@ -43,6 +47,8 @@ static const char *const sop_help =
     "  --control-arm ARM    the control for the budget (default ref32); none: the floor only\n"
     "  --inject FAULT       run the arm with a named fault (tapdiff bisect --list-faults)\n"
     "  --k N                budget multiple of the control error (default 4)\n"
+    "  --taps all|none      compare every tap (default; one tap file per step in a temporary\n"
+    "                       folder of $TMPDIR, removed at the end) or the logits only\n"
     "  --quiet              only the verdict, not one line per step\n"
     "\n"
     "exit: 0 conformant, 1 divergent (the first operation, step and position that diverged),\n"
@@ -55,9 +61,9 @@ static const char *fail_name(int f) {
 
 static void on_step(void *user, const td_sop_step *st) {
     (void)user;
-    printf("  step %3lld  op %2d %-22s seq %d pos %3lld+%-3lld err %.3e ctrl %.3e budget %.3e r %9.3g  %s\n",
+    printf("  step %3lld  op %2d %-22s seq %d pos %3lld+%-3lld %-18s err %.3e ctrl %.3e budget %.3e r %9.3g  %s\n",
            (long long)st->step, st->op + 1, st->op_text, st->seq, (long long)st->pos0, (long long)st->n_tokens,
-           st->err, st->err_ctrl, st->budget, st->ratio, fail_name(st->fail));
+           st->tap, st->err, st->err_ctrl, st->budget, st->ratio, fail_name(st->fail));
 }
 
 static int read_text(const char *path, char **out, td_err *err) {
@@ -83,7 +89,7 @@ int td_cmd_stateops(int argc, char **argv) {
     const char *script = NULL, *script_file = NULL, *oracle = NULL, *control = NULL, *inject = NULL;
     long long threads = 0;
     double k = 0;
-    int quiet = 0;
+    int quiet = 0, taps = 1;
     td_args p;
     td_args_init(&p, "stateops", sop_help, argc, argv);
     for (int kind; (kind = td_args_next(&p)) != TD_ARG_END;) {
@@ -113,6 +119,11 @@ int td_cmd_stateops(int argc, char **argv) {
         else if (!strcmp(a, "--oracle")) oracle = v;
         else if (!strcmp(a, "--control-arm")) control = v;
         else if (!strcmp(a, "--inject")) inject = v;
+        else if (!strcmp(a, "--taps")) {
+            if (strcmp(v, "all") && strcmp(v, "none"))
+                return td_cli_failf("stateops", TD_EUSAGE, "--taps: expected all or none, got '%s'", v);
+            taps = !strcmp(v, "all");
+        }
         else if (!strcmp(a, "--threads")) {
             char *end;
             threads = strtoll(v, &end, 10);
@@ -143,6 +154,7 @@ int td_cmd_stateops(int argc, char **argv) {
     size_t text_len = 0;
     td_model *m = NULL;
     td_sop_script sc = {0};
+    char tapdir[512] = "";
     if (tokens && td_parse_token_list(tokens, "--tokens", &ids, &n_ids, &err)) {
         rc = TD_EUSAGE;
         goto out;
@@ -152,6 +164,15 @@ int td_cmd_stateops(int argc, char **argv) {
     if (script_file && (rc = read_text(script_file, &script_text, &err))) goto out;
     if ((rc = td_sop_parse(script_file ? script_text : script ? script : TD_SOP_DEFAULT_SCRIPT, &sc, &err))) goto out;
     if ((rc = td_model_open(&m, model, &err))) goto out;
+    if (taps) {
+        const char *tmp = getenv("TMPDIR") && *getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+        snprintf(tapdir, sizeof tapdir, "%s/tapdiff-stateops-XXXXXX", tmp);
+        if (!mkdtemp(tapdir)) {
+            rc = td_err_set(&err, TD_EOUTPUT, "cannot create a folder %s: %s", tapdir, strerror(errno));
+            tapdir[0] = '\0';
+            goto out;
+        }
+    }
 
     td_sop_config cfg = {.model = m,
                          .arm = arm,
@@ -163,6 +184,7 @@ int td_cmd_stateops(int argc, char **argv) {
                          .prompt = ids,
                          .n_prompt = n_ids,
                          .script = &sc,
+                         .tap_dir = taps ? tapdir : NULL,
                          .on_step = quiet ? NULL : on_step};
     td_sop_result r;
     if (!quiet)
@@ -171,19 +193,21 @@ int td_cmd_stateops(int argc, char **argv) {
     if ((rc = td_sop_run(&cfg, &r, &err))) goto out;
     printf("arm: %s (profile %s)\n", r.version, r.profile);
     if (r.verdict == TD_OK) {
-        printf("verdict: conformant: %lld steps; worst r %.3g at step %lld (op %d '%s')\n", (long long)r.n_steps,
-               r.worst.ratio, (long long)r.worst.step, r.worst.op + 1, r.worst.op_text ? r.worst.op_text : "-");
+        printf("verdict: conformant: %lld steps, %lld taps compared; worst r %.3g at step %lld (op %d '%s', %s)\n",
+               (long long)r.n_steps, (long long)r.n_taps, r.worst.ratio, (long long)r.worst.step, r.worst.op + 1,
+               r.worst.op_text ? r.worst.op_text : "-", r.worst.tap);
         rc = TD_OK;
     } else {
         const td_sop_step *f = &r.first;
-        printf("verdict: DIVERGENT at operation %d '%s': step %lld, sequence %d, position %lld: out.logits %s "
+        printf("verdict: DIVERGENT at operation %d '%s': step %lld, sequence %d, position %lld: %s %s "
                "(err %.3e, control %.3e, budget %.3e, r %.3g)\n",
-               f->op + 1, f->op_text, (long long)f->step, f->seq, (long long)f->row_pos, fail_name(f->fail), f->err,
+               f->op + 1, f->op_text, (long long)f->step, f->seq, (long long)f->row_pos, f->tap, fail_name(f->fail), f->err,
                f->err_ctrl, f->budget, f->ratio);
         rc = TD_DIVERGENT;
     }
 out:
     td_sop_script_free(&sc);
+    if (tapdir[0]) rmdir(tapdir);
     if (m) td_model_close(m);
     free(ids);
     free(text);

@@ -30,14 +30,17 @@ static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 static const char *const k_fixtures[] = {"llama-f32", "qwen3-f32", "qwen3moe-f32", "llama-q8_0"};
 #define N_FIXTURES (sizeof k_fixtures / sizeof k_fixtures[0])
 
-/* `tapdiff stateops` on model with the arm (and script / fault); stdout in *out. */
-static int stateops(const char *model, const char *arm, const char *script, const char *inject, char **out) {
-    const char *args[20];
+/* `tapdiff stateops` on model with the arm (and script / fault; taps or the
+ * logits only); stdout in *out. */
+static int stateops(const char *model, const char *arm, const char *script, const char *inject, int taps,
+                    char **out) {
+    const char *args[24];
     int n = 0;
     args[n++] = "stateops", args[n++] = "--model", args[n++] = model, args[n++] = "--arm", args[n++] = arm;
     args[n++] = "--tokens", args[n++] = PROMPT, args[n++] = "--threads", args[n++] = "1", args[n++] = "--quiet";
     if (script) args[n++] = "--script", args[n++] = script;
     if (inject) args[n++] = "--inject", args[n++] = inject;
+    args[n++] = "--taps", args[n++] = taps ? "all" : "none";
     args[n] = NULL;
     char *err = NULL;
     int rc = td_test_tapdiff_run(tmpdir, out, &err, args);
@@ -46,12 +49,25 @@ static int stateops(const char *model, const char *arm, const char *script, cons
     return rc;
 }
 
-static void expect_conformant(const char *model, const char *arm, const char *script) {
+static void expect_conformant(const char *model, const char *arm, const char *script, int taps) {
     char *out = NULL;
-    int rc = stateops(model, arm, script, NULL, &out);
+    int rc = stateops(model, arm, script, NULL, taps, &out);
     cr_expect_eq(rc, 0, "%s on %s (%s): exit %d: %s", arm, model, script ? "reuse script" : "default", rc, out);
     cr_expect(strstr(out, "verdict: conformant: ") != NULL, "%s", out);
+    // no vacuous pass: with taps, every step compared some
+    if (taps) cr_expect(strstr(out, " 0 taps compared") == NULL, "%s", out);
     free(out);
+}
+
+/* The fixture matrix on the logits (fast), one fixture with every tap. */
+static void conformant_matrix(const char *arm) {
+    for (size_t i = 0; i < N_FIXTURES; i++) {
+        const char *m = td_test_fixture(tmpdir, k_fixtures[i]);
+        expect_conformant(m, arm, NULL, 0);
+        expect_conformant(m, arm, SCRIPT_REUSE, 0);
+    }
+    expect_conformant(td_test_fixture(tmpdir, "qwen3moe-f32"), arm, NULL, 1);
+    expect_conformant(td_test_shared_model("stories260K.gguf"), arm, NULL, 0);
 }
 
 Test(stateops, parser_accepts_the_documented_syntax) {
@@ -88,12 +104,7 @@ Test(stateops, parser_refuses_what_it_cannot_run) {
 }
 
 Test(stateops, cpu_conformant_on_fixtures_and_stories, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600) {
-    for (size_t i = 0; i < N_FIXTURES; i++) {
-        const char *m = td_test_fixture(tmpdir, k_fixtures[i]);
-        expect_conformant(m, "cpu", NULL);
-        expect_conformant(m, "cpu", SCRIPT_REUSE);
-    }
-    expect_conformant(td_test_shared_model("stories260K.gguf"), "cpu", NULL);
+    conformant_matrix("cpu");
 }
 
 Test(stateops, llamacpp_conformant_on_fixtures_and_stories, .init = make_tmpdir, .fini = remove_tmpdir,
@@ -102,12 +113,7 @@ Test(stateops, llamacpp_conformant_on_fixtures_and_stories, .init = make_tmpdir,
     if (!vt) cr_skip_test("the llamacpp arm is not built (%s)", td_backend_absent_reason("llamacpp"));
     char why[512];
     if (vt->probe && vt->probe(why, sizeof why) != TD_OK) cr_skip_test("llamacpp cannot run here: %s", why);
-    for (size_t i = 0; i < N_FIXTURES; i++) {
-        const char *m = td_test_fixture(tmpdir, k_fixtures[i]);
-        expect_conformant(m, "llamacpp", NULL);
-        expect_conformant(m, "llamacpp", SCRIPT_REUSE);
-    }
-    expect_conformant(td_test_shared_model("stories260K.gguf"), "llamacpp", NULL);
+    conformant_matrix("llamacpp");
 }
 
 Test(stateops, each_state_fault_is_localized_at_its_operation_and_step, .init = make_tmpdir, .fini = remove_tmpdir,
@@ -117,19 +123,24 @@ Test(stateops, each_state_fault_is_localized_at_its_operation_and_step, .init = 
         const td_fault_info *fi = td_fault_get((td_fault)f);
         if (!fi->state_op) continue;
         n_faults++;
-        cr_expect_str_eq(fi->first_tap, "out.logits", "%s: the check compares logits", fi->name);
-        char want[160];
+        char want[160], want_tap[160];
         snprintf(want, sizeof want, "'%s': step %d, ", fi->state_op, fi->first_step);
-        for (size_t i = 0; i < N_FIXTURES; i++) {
-            const char *m = td_test_fixture(tmpdir, k_fixtures[i]);
-            char *out = NULL;
-            int rc = stateops(m, "cpu", NULL, fi->name, &out);
-            fprintf(stderr, "%-18s %-13s exit %d %s", fi->name, k_fixtures[i], rc, strstr(out, "verdict:"));
-            cr_expect_eq(rc, 1, "%s on %s: exit %d (expected divergent): %s", fi->name, k_fixtures[i], rc, out);
-            cr_expect(strstr(out, "DIVERGENT") && strstr(out, want), "%s on %s: expected %s in: %s", fi->name,
-                      k_fixtures[i], want, out);
-            free(out);
-        }
+        snprintf(want_tap, sizeof want_tap, ": %s budget", fi->first_tap);
+        // with taps: the catalog's tap; on the logits only: the same operation and step
+        for (int taps = 1; taps >= 0; taps--)
+            for (size_t i = 0; i < N_FIXTURES; i++) {
+                if (taps && i == N_FIXTURES - 1) continue; // llama-q8_0: the logits suffice
+                const char *m = td_test_fixture(tmpdir, k_fixtures[i]);
+                char *out = NULL;
+                int rc = stateops(m, "cpu", NULL, fi->name, taps, &out);
+                const char *v = strstr(out, "verdict:");
+                fprintf(stderr, "%-18s %-13s taps %d exit %d %s", fi->name, k_fixtures[i], taps, rc, v ? v : out);
+                cr_expect_eq(rc, 1, "%s on %s: exit %d (expected divergent): %s", fi->name, k_fixtures[i], rc, out);
+                cr_expect(strstr(out, "DIVERGENT") && strstr(out, want) && strstr(out, taps ? want_tap : ": out.logits "),
+                          "%s on %s (taps %d): expected %s%s in: %s", fi->name, k_fixtures[i], taps, want,
+                          taps ? want_tap : "out.logits", out);
+                free(out);
+            }
     }
     cr_expect_geq(n_faults, 2, "the catalog has no state-operations fault");
 }
