@@ -123,7 +123,8 @@ typedef struct td_sop_result {
 } td_sop_result;
 
 /* Runs the script. TD_SKIP when the arm has no state operations and the
- * script needs them (err names the arm); TD_EINPUT for a script the prompt
+ * script needs them, or refuses one (llama.cpp's partial seq_rm of a
+ * recurrent state without snapshots): err names the arm; TD_EINPUT for a script the prompt
  * cannot satisfy (rollback past the start, decode of an empty sequence,
  * prefill longer than the prompt); TD_EUSAGE for an unknown arm or a fault
  * it does not implement. */

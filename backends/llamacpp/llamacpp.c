@@ -1041,10 +1041,11 @@ static int lc_seq_rm(td_backend *b, int seq, int64_t p0, td_err *err) {
     if (p0 < 0 || p0 >= *past) return p0 < 0 ? td_err_set(err, TD_EINPUT, "llamacpp: rollback to %lld", (long long)p0) : TD_OK;
     log_clear();
     char why[512];
-    // the tail [p0, inf): a partial removal, which llama.cpp may refuse
+    // the tail [p0, inf): a partial removal, which llama.cpp refuses for a
+    // recurrent state without rollback snapshots: this arm cannot do it (skip)
     if (!llama_memory_seq_rm(llama_get_memory(s->lctx), seq, (llama_pos)p0, -1))
-        return td_err_set(err, TD_EINTERNAL, "llamacpp: llama_memory_seq_rm(seq %d, %lld, -1) refused: %s", seq,
-                          (long long)p0, log_last(why, sizeof why));
+        return td_err_set(err, TD_SKIP, "llamacpp: llama_memory_seq_rm(seq %d, %lld, -1) refused the rollback: %s",
+                          seq, (long long)p0, log_last(why, sizeof why));
     td_hist *h = lc_hist(s, seq);
     const int64_t dropped = *past - p0;
     h->n = h->n > dropped ? h->n - dropped : 0;
