@@ -57,6 +57,20 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                                    "with stride 2",
                                    "blk.0.attn_ctx", NULL, 0,
                                    "llama-f32, qwen3-f32, qwen3moe-f32 (cuda only; prefill positions > 0)"},
+    [TD_FAULT_ROLLBACK_STALE_KV] = {TD_FAULT_ROLLBACK_STALE_KV, "rollback_stale_kv",
+                                    "a rollback moves the position counter back but leaves the dropped K/V rows "
+                                    "in the cache, where the next forwards still attend to them",
+                                    "blk.0.attn_ctx", NULL, 7,
+                                    "every attention fixture, through tapdiff stateops only (its default script: "
+                                    "the first decode after 'rollback 3')",
+                                    "decode 5"},
+    [TD_FAULT_SEQ_COPY_SHORT] = {TD_FAULT_SEQ_COPY_SHORT, "seq_copy_short",
+                                 "a sequence copy misses the source's last position (its K/V row left empty in "
+                                 "the copy)",
+                                 "blk.0.attn_ctx", NULL, 16,
+                                 "every attention fixture, through tapdiff stateops only (its default script: "
+                                 "the first decode on the copy)",
+                                 "decode 4 on 1"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {

@@ -175,7 +175,8 @@ Test(faults, catalog_matches_hand_worked_expectations) {
         covered[id] = 1;
     }
     for (int f = 1; f < TD_FAULT_COUNT; f++) {
-        cr_expect(covered[f], "fault %s has no conformance case", td_fault_get(f)->name);
+        // a state-operations fault is invisible to bisect: harness/tests/test_stateops.c localizes it
+        cr_expect(covered[f] || td_fault_get(f)->state_op, "fault %s has no conformance case", td_fault_get(f)->name);
         char who[128];
         td_fault_backends((td_fault)f, who, sizeof who);
         // a device fault has no implementation in a build without its backend
