@@ -984,12 +984,18 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
                           profile);
     if (p && p->threads < 0) return td_err_set(err, TD_EINPUT, NAME ": threads must be >= 0, got %d", p->threads);
 
+    // TD_CPU_ISA caps the kernel level (the tests run every level this CPU has)
+    int max_isa = TD_CPU_ISA_COUNT - 1;
+    const char *isa_env = getenv("TD_CPU_ISA");
+    if (isa_env && *isa_env && (max_isa = td_cpu_isa_parse(isa_env)) < 0)
+        return td_err_set(err, TD_EINPUT, NAME ": TD_CPU_ISA='%.40s' is not a kernel level (c, avx2, avx512vnni)",
+                          isa_env);
     cpu_backend *b = td_xcalloc(1, sizeof *b);
     b->base.vt = &td_cpu_backend;
     b->m = m;
     b->hp = m->hp;
     b->act_q8 = !strcmp(profile, "act-q8");
-    td_cpu_kernels_init(&b->k, TD_CPU_ISA_AVX2);
+    td_cpu_kernels_init(&b->k, (td_cpu_isa)max_isa);
     b->fault = fault;
     td_cpu_fault_patch_kernels(&b->k, fault);
     int rc = load_model(b, err);

@@ -23,6 +23,7 @@
 #include "bench_model.h"
 #include "compare.h"
 #include "cpu.h"
+#include "cpu_kernels.h"
 #include "fixtures.h"
 #include "model.h"
 #include "runner.h"
@@ -563,4 +564,60 @@ Test(cpu_bench, usage_and_skip_exit_codes) {
     cr_assert_eq(sh(cmd, &out), 0);
     cr_assert(strstr(out, "--make-model"), "help: %s", out);
     free(out);
+}
+
+/* ------------------------------------------------------------------------ */
+/* Every kernel level this CPU runs (TD_CPU_ISA caps the level) is conformant
+ * under both profiles; a level above the CPU's is skipped, an unknown name
+ * refused. */
+
+typedef struct isa_case {
+    int isa;
+    int act_q8;
+} isa_case;
+static isa_case k_isa_cases[2 * TD_CPU_ISA_COUNT];
+
+ParameterizedTestParameters(cpu_conformance, every_isa_level) {
+    for (int i = 0; i < 2 * TD_CPU_ISA_COUNT; i++) k_isa_cases[i] = (isa_case){i / 2, i % 2};
+    return cr_make_param_array(isa_case, k_isa_cases, 2 * TD_CPU_ISA_COUNT);
+}
+
+ParameterizedTest(isa_case *c, cpu_conformance, every_isa_level, .timeout = 400) {
+    const char *name = td_cpu_isa_name((td_cpu_isa)c->isa);
+    if (!td_cpu_has_isa((td_cpu_isa)c->isa)) cr_skip_test("this CPU lacks kernel level %s", name);
+    setenv("TD_CPU_ISA", name, 1);
+    // the level is the one that runs, and the version (provenance, bench) says so
+    td_model *m = NULL;
+    td_err err = {{0}};
+    char path[512], want[64];
+    make_tmpdir();
+    fixture_path("llama-q4_k", path, sizeof path);
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    td_backend *be = NULL;
+    td_backend_params p = {.threads = 1, .profile = c->act_q8 ? "act-q8" : NULL};
+    cr_assert_eq(td_cpu_backend.open(&be, m, &p, &err), TD_OK, "%s", err.msg);
+    snprintf(want, sizeof want, "kernels %s,", name);
+    cr_assert_not_null(strstr(td_cpu_backend.version(be), want), "version '%s' lacks '%s'", td_cpu_backend.version(be),
+                       want);
+    td_cpu_backend.close(be);
+    td_model_close(m);
+    remove_tmpdir();
+    conformance_profile("llama-q4_k", c->act_q8 ? "act-q8" : NULL);
+    unsetenv("TD_CPU_ISA");
+}
+
+Test(cpu_forward, refuses_unknown_isa_level) {
+    td_model *m = NULL;
+    td_err err = {{0}};
+    char path[512];
+    make_tmpdir();
+    fixture_path("llama-q4_k", path, sizeof path);
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    setenv("TD_CPU_ISA", "avx1024", 1);
+    td_backend *be = NULL;
+    cr_assert_eq(td_cpu_backend.open(&be, m, NULL, &err), TD_EINPUT);
+    cr_assert_not_null(strstr(err.msg, "TD_CPU_ISA"), "%s", err.msg);
+    unsetenv("TD_CPU_ISA");
+    td_model_close(m);
+    remove_tmpdir();
 }
