@@ -17,6 +17,11 @@ typedef struct td_backend_params {
     uint32_t n_ctx;        /* KV capacity in positions (prompt + decode steps) */
     const char *inject;    /* named fault (faults.h) the backend implements, NULL = none */
     const char *profile;   /* arithmetic profile to emulate, NULL = native */
+    /* 1: the caller reads only the last position's logits of each forward
+     * (tapdiff bench, as llama-bench); a backend may then skip the other
+     * rows, whose contents are unspecified. Forwards with taps (a sink)
+     * still compute every row. 0 (default): every row. */
+    int logits_last;
 } td_backend_params;
 
 typedef struct td_backend td_backend;

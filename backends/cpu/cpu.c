@@ -125,6 +125,7 @@ typedef struct cpu_backend {
     int fault;       // td_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
     int64_t n_fwd;   // forwards since open/reset: the step index stale_token counts
     int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
+    int logits_last; // td_backend_params.logits_last: untapped forwards compute the last row only
     unsigned fmts_xn, fmts_ctx, fmts_act, fmts_xs; // FMT_* each input needs (its weights' types)
     int64_t gemm_min_t;
     int64_t n_ctx, n_past, kv_cap;
@@ -800,13 +801,17 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     rope_tables(b, T, pos0);
     for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(b, (int)l, T, pos0, sink);
 
-    par_rmsnorm(b, a->xn.x, a->x, b->out_norm, T, E);
+    // rows r0.. of the output: all of them, or the last when only it is read
+    const int64_t r0 = b->logits_last && !sink ? T - 1 : 0, nr = T - r0;
+    par_rmsnorm(b, a->xn.x + r0 * E, a->x + r0 * E, b->out_norm, nr, E);
     tap2(sink, -1, "out.norm", a->xn.x, T, E);
-    in_prepare(b, &a->xn, 0, T);
+    in_prepare(b, &a->xn, r0, nr);
     // output.weight, or token_embd.weight when tied (the model binds either)
-    matmul(b, a->logits, &a->xn, b->m->output, 0, V, T, NULL);
+    int n_segs = 0;
+    seg_add(b, &n_segs, b->m->output, 0, V, &a->xn, r0, nr, a->logits + r0 * V, V, NULL, 1);
+    mm_run(b, n_segs);
     tap2(sink, -1, "out.logits", a->logits, T, V);
-    for (int64_t i = 0; i < T * V; i++) logits[i] = (double)a->logits[i];
+    for (int64_t i = r0 * V; i < T * V; i++) logits[i] = (double)a->logits[i];
 
     b->n_past = pos0 + T;
     td_hist_push(&b->hist, tokens, T);
@@ -995,6 +1000,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     b->m = m;
     b->hp = m->hp;
     b->act_q8 = !strcmp(profile, "act-q8");
+    b->logits_last = p && p->logits_last;
     td_cpu_kernels_init(&b->k, (td_cpu_isa)max_isa);
     b->fault = fault;
     td_cpu_fault_patch_kernels(&b->k, fault);

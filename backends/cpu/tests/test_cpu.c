@@ -621,3 +621,42 @@ Test(cpu_forward, refuses_unknown_isa_level) {
     td_model_close(m);
     remove_tmpdir();
 }
+
+/* logits_last (bench --logits-last): an untapped prefill computes the last
+ * row only, bitwise what the token-by-token run gives there (with the dot
+ * path for the layers too, as prefill_vs_single). */
+static void logits_last_case(const char *profile) {
+    make_tmpdir();
+    char path[512];
+    tiny_model(TD_TYPE_Q4_K, path, sizeof path);
+    td_model *m = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    const int64_t V = m->hp.n_vocab, T = 12;
+    td_backend_params p = {.threads = 2, .n_ctx = 64, .profile = profile, .logits_last = 1};
+    td_backend *b = NULL;
+    setenv("TD_CPU_GEMM_MIN_T", "1000000", 1);
+    const int rc = td_cpu_backend.open(&b, m, &p, &err);
+    unsetenv("TD_CPU_GEMM_MIN_T");
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    double *last = malloc((size_t)(T * V) * sizeof *last), *one = malloc((size_t)V * sizeof *one);
+    const double poison = -12345.0;
+    for (int64_t i = 0; i < T * V; i++) last[i] = poison;
+    cr_assert_eq(b->vt->forward(b, k_prompt, T, 0, NULL, last, &err), TD_OK, "%s", err.msg);
+    // the other rows are not written (not computed)
+    cr_assert_eq(last[0], poison, "row 0 was written under logits_last");
+    b->vt->reset(b);
+    for (int64_t t = 0; t < T; t++)
+        cr_assert_eq(b->vt->forward(b, k_prompt + t, 1, t, NULL, one, &err), TD_OK, "%s", err.msg);
+    for (int64_t v = 0; v < V; v++)
+        if (memcmp(&last[(T - 1) * V + v], &one[v], sizeof(double)))
+            cr_assert_fail("%s: last-row logits %lld: %a, token by token %a", profile, (long long)v,
+                           last[(T - 1) * V + v], one[v]);
+    b->vt->close(b);
+    td_model_close(m);
+    free(last), free(one);
+    remove_tmpdir();
+}
+
+Test(cpu_forward, logits_last_is_the_last_row_native) { logits_last_case("native"); }
+Test(cpu_forward, logits_last_is_the_last_row_act_q8) { logits_last_case("act-q8"); }
