@@ -37,8 +37,12 @@
 #define NAME "cpu"
 
 /* A GEMM tile of weight rows decoded to f32 holds about this many bytes
- * (the tile's row count depends on n_in only, never on the thread count). */
-#define TILE_BYTES (256 * 1024)
+ * (the tile's row count depends on n_in only, never on the thread count).
+ * sgemm packs the activations again for every tile, so a tile is at least
+ * TILE_MIN_ROWS rows (measured: 1 MiB / 64 rows took 4-7% less CPU time per
+ * prefill of the 200M Q4_K model than 256 KiB / 16 rows). */
+#define TILE_BYTES (1024 * 1024)
+#define TILE_MIN_ROWS 64
 
 /* ===================================================================== */
 /* State                                                                  */
@@ -158,7 +162,7 @@ typedef struct mm_job {
 static int64_t tile_rows(int64_t n_in) {
     int64_t r = TILE_BYTES / (4 * n_in);
     r -= r % 16;
-    return r < 16 ? 16 : r > 256 ? 256 : r;
+    return r < TILE_MIN_ROWS ? TILE_MIN_ROWS : r > 256 ? 256 : r;
 }
 
 static void mm_dot_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr, int th) {
@@ -1033,8 +1037,8 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     b->max_in = E > HD ? E : HD;
     if (F > b->max_in) b->max_in = F;
-    // tile_rows(n) * n <= TILE_BYTES/4 floats, except the 16-row minimum for n > TILE_BYTES/64
-    b->tile_cap = TILE_BYTES / 4 > 16 * b->max_in ? TILE_BYTES / 4 : 16 * b->max_in;
+    // tile_rows(n) * n <= TILE_BYTES/4 floats, except the row minimum for n > TILE_BYTES/(4*TILE_MIN_ROWS)
+    b->tile_cap = TILE_BYTES / 4 > TILE_MIN_ROWS * b->max_in ? TILE_BYTES / 4 : TILE_MIN_ROWS * b->max_in;
     b->tile = td_xcalloc((size_t)b->n_threads, sizeof(float *));
     b->rowbuf = td_xcalloc((size_t)b->n_threads, sizeof(float *));
     b->att = td_xcalloc((size_t)b->n_threads, sizeof(float *));
