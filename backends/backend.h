@@ -18,6 +18,11 @@ typedef struct td_backend_params {
     const char *inject;    /* named fault (faults.h) the backend implements, NULL = none */
     const char *profile;   /* arithmetic profile to emulate, NULL = native */
     uint32_t n_seq;        /* sequences the caller will use (state operations), 0 = 1 */
+    /* 1: the caller reads only the last position's logits of each forward
+     * (tapdiff bench, as llama-bench); a backend may then skip the other
+     * rows, whose contents are unspecified. Forwards with taps (a sink)
+     * still compute every row. 0 (default): every row. */
+    int logits_last;
 } td_backend_params;
 
 /* Sequences a backend with state operations holds at most (ids 0..TD_SEQ_MAX-1). */

@@ -71,9 +71,17 @@ typedef struct td_cpu_type_ops {
     td_cpu_dot_q8_fn dot_q8; /* act-q8 kernel; NULL: use dot (or to_f32) on x' = d*q */
 } td_cpu_type_ops;
 
+/* The kernel levels, each a superset of the one below; the table takes the
+ * highest one the CPU has, capped by the caller (the cpu backend's cap is
+ * the environment variable TD_CPU_ISA, so every path this machine can run
+ * is testable). Under act-q8 the integer kernels of every level give the
+ * same bits: the integer sums are exact and their scaling follows one
+ * order (kernels.c, "act-q8"). */
 typedef enum td_cpu_isa {
-    TD_CPU_ISA_C = 0,    /* portable C only */
-    TD_CPU_ISA_AVX2 = 1, /* AVX2 + FMA + F16C */
+    TD_CPU_ISA_C = 0,          /* portable C only */
+    TD_CPU_ISA_AVX2 = 1,       /* AVX2 + FMA + F16C */
+    TD_CPU_ISA_AVX512VNNI = 2, /* AVX2 level + AVX-512 F/BW/VL + AVX-512 VNNI (vpdpbusd) */
+    TD_CPU_ISA_COUNT
 } td_cpu_isa;
 
 typedef struct td_cpu_kernels {
@@ -93,7 +101,11 @@ typedef struct td_cpu_kernels {
 void td_cpu_kernels_init(td_cpu_kernels *k, td_cpu_isa max_isa);
 /* 1 when this CPU has AVX2, FMA and F16C. */
 int td_cpu_has_avx2(void);
+/* 1 when this CPU runs level `isa` (every level's features). */
+int td_cpu_has_isa(td_cpu_isa isa);
 const char *td_cpu_isa_name(td_cpu_isa isa);
+/* The level named `name` ("c", "avx2", "avx512vnni"), or -1. */
+int td_cpu_isa_parse(const char *name);
 
 /* xsum (n/32) of x (n); n a multiple of 32. */
 void td_cpu_xsum(float *xsum, const float *x, int64_t n);
@@ -113,8 +125,10 @@ void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *
 /* The portable dot kernels of the grid types and NVFP4 (kernels_iq.c). */
 void td_cpu_kernels_init_iq(td_cpu_kernels *k);
 
-/* The ISA-specific table fillers (kernels_avx2.c); only call when supported. */
+/* The ISA-specific table fillers (kernels_avx2.c, kernels_vnni.c); only
+ * call when supported. */
 void td_cpu_kernels_init_avx2(td_cpu_kernels *k);
+void td_cpu_kernels_init_avx512vnni(td_cpu_kernels *k);
 
 /* ---- block helpers shared by the kernel files ---------------------------- */
 
@@ -135,6 +149,12 @@ static inline void td_cpu_kq_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[
         sc[b] = (uint8_t)((s[b + 4] & 0xF) | ((s[b - 4] >> 6) << 4));
         mn[b] = (uint8_t)((s[b + 4] >> 4) | ((s[b] >> 6) << 4));
     }
+}
+
+/* The sum of 8 lanes in the order of the SIMD horizontal sum (halves, then
+ * quarters, then pairs): the act-q8 kernels' final reduction. */
+static inline float td_cpu_red8(const float a[8]) {
+    return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
 
 #ifdef __cplusplus

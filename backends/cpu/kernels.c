@@ -332,57 +332,70 @@ void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *
     act_sums(q, n, d, dsum16, dsum32, xd);
 }
 
-/* The integer sums are exact; each block's is scaled once in f32. */
+/* The act-q8 dot products, in the one order every ISA level follows so the
+ * levels agree bit for bit (cpu_kernels.h):
+ *   32-value types: s_j = the block's exact integer sum; v_j =
+ *     (dw_j * dx_j) * (float)s_j goes to lane j % 8 of 8 f32 accumulators
+ *     (acc += v), summed at the end by td_cpu_red8;
+ *   K-quants (one activation scale dx per super-block of 256): isum = the
+ *     super-block's exact integer sum of scale code * Σ code*a (Q6_K: codes
+ *     minus 32 before the product), v = (d * dx) * (float)isum, minus for
+ *     Q4_K/Q5_K dmin * red8(mn_k * dsum32_k); the v of the super-blocks are
+ *     added in order.
+ * Multiplications and additions only, never fused (the SIMD code uses
+ * separate mul and add where a value must match this file). */
 
 static float dot_q8_q8_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t j = 0; j < n / 32; j++, b += SZ(q8_0)) {
         const int8_t *w = (const int8_t *)(b + OFF(q8_0, qs)), *a = x->q + 32 * j;
         int32_t s = 0;
         for (int i = 0; i < 32; i++) s += (int32_t)w[i] * a[i];
-        acc += f16(rd16(b + OFF(q8_0, d))) * x->d[j] * (float)s;
+        const float sc = f16(rd16(b + OFF(q8_0, d))) * x->d[j];
+        acc[j & 7] += sc * (float)s;
     }
-    return acc;
+    return td_cpu_red8(acc);
 }
 
 static float dot_q8_q4_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
-    float acc = 0;
+    float acc[8] = {0};
     for (int64_t j = 0; j < n / 32; j++, b += SZ(q4_0)) {
         const uint8_t *c = b + OFF(q4_0, qs);
         const int8_t *a = x->q + 32 * j;
         int32_t s = 0;
-        for (int i = 0; i < 16; i++) s += (int32_t)(c[i] & 15) * a[i] + (int32_t)(c[i] >> 4) * a[i + 16];
-        // codes are value + 8: the offset costs 8 * sum(x') of the block
-        acc += f16(rd16(b + OFF(q4_0, d))) * (x->d[j] * (float)s - 8.0f * x->dsum32[j]);
+        for (int i = 0; i < 16; i++) s += ((c[i] & 15) - 8) * a[i] + ((c[i] >> 4) - 8) * a[i + 16];
+        const float sc = f16(rd16(b + OFF(q4_0, d))) * x->d[j];
+        acc[j & 7] += sc * (float)s;
     }
-    return acc;
+    return td_cpu_red8(acc);
 }
 
-/* Q4_K (qh == NULL) and Q5_K */
+/* Q4_K (has_qh = 0) and Q5_K */
 static float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, const td_cpu_xq8 *x, int64_t n) {
     float acc = 0;
     for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += bytes) {
-        const float d = f16(rd16(b + OFF(q4_k, d))), dmin = f16(rd16(b + OFF(q4_k, dmin)));
         uint8_t sc[8], mn[8];
         td_cpu_kq_scales(b + OFF(q4_k, scales), sc, mn);
         const uint8_t *qh = b + OFF(q5_k, qh), *qs = b + (has_qh ? OFF(q5_k, qs) : OFF(q4_k, qs));
-        float sum = 0, msum = 0;
+        const int8_t *a = x->q + TD_QK_K * sb;
+        int32_t isum = 0;
         for (int c = 0; c < 4; c++) {
-            const int j0 = (int)(8 * sb) + 2 * c; // activation blocks of sub-blocks 2c, 2c+1
-            const int8_t *a0 = x->q + 32 * j0, *a1 = a0 + 32;
             int32_t s0 = 0, s1 = 0;
             for (int l = 0; l < 32; l++) {
                 int lo = qs[32 * c + l] & 15, hi = qs[32 * c + l] >> 4;
                 if (has_qh) lo |= ((qh[l] >> (2 * c)) & 1) << 4, hi |= ((qh[l] >> (2 * c + 1)) & 1) << 4;
-                s0 += lo * a0[l];
-                s1 += hi * a1[l];
+                s0 += lo * a[64 * c + l];
+                s1 += hi * a[64 * c + 32 + l];
             }
-            sum += (float)sc[2 * c] * x->d[j0] * (float)s0 + (float)sc[2 * c + 1] * x->d[j0 + 1] * (float)s1;
-            msum += (float)mn[2 * c] * x->dsum32[j0] + (float)mn[2 * c + 1] * x->dsum32[j0 + 1];
+            isum += sc[2 * c] * s0 + sc[2 * c + 1] * s1;
         }
-        acc += d * sum - dmin * msum;
+        float t[8];
+        for (int k = 0; k < 8; k++) t[k] = (float)mn[k] * x->dsum32[8 * sb + k];
+        const float dx = x->d[8 * sb];
+        const float d = f16(rd16(b + OFF(q4_k, d))), dmin = f16(rd16(b + OFF(q4_k, dmin)));
+        acc += (d * dx) * (float)isum - dmin * td_cpu_red8(t);
     }
     return acc;
 }
@@ -400,26 +413,24 @@ static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     float acc = 0;
     for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += SZ(q6_k)) {
         const int8_t *S = (const int8_t *)(b + OFF(q6_k, scales));
-        float sum = 0;
+        int32_t isum = 0;
         for (int h = 0; h < 2; h++) {
             const uint8_t *L = b + OFF(q6_k, ql) + 64 * h, *H = b + OFF(q6_k, qh) + 32 * h;
             for (int m = 0; m < 4; m++) {
-                // values 128h + 32m + l, l = 0..31: one activation block, two scales
-                const int64_t j = 8 * sb + 4 * h + m;
-                const int8_t *a = x->q + 32 * j;
+                // values 128h + 32m + l, l = 0..31: two groups of 16 with their own scale
+                const int8_t *a = x->q + TD_QK_K * sb + 128 * h + 32 * m;
                 for (int t = 0; t < 2; t++) {
                     int32_t s = 0;
                     for (int l = 16 * t; l < 16 * t + 16; l++) {
                         const int lq = m & 1 ? L[l + 32] : L[l];
                         const int c = (m < 2 ? lq & 15 : lq >> 4) | ((H[l] >> (2 * m)) & 3) << 4;
-                        s += c * a[l];
+                        s += (c - 32) * a[l]; // codes are value + 32
                     }
-                    // codes are value + 32
-                    sum += (float)S[8 * h + 2 * m + t] * (x->d[j] * (float)s - 32.0f * x->dsum16[2 * j + t]);
+                    isum += S[8 * h + 2 * m + t] * s;
                 }
             }
         }
-        acc += f16(rd16(b + OFF(q6_k, d))) * sum;
+        acc += (f16(rd16(b + OFF(q6_k, d))) * x->d[8 * sb]) * (float)isum;
     }
     return acc;
 }
@@ -448,8 +459,28 @@ void td_cpu_xsum(float *xsum, const float *x, int64_t n) {
     }
 }
 
+static const char *const k_isa_names[TD_CPU_ISA_COUNT] = {"c", "avx2", "avx512vnni"};
+
 const char *td_cpu_isa_name(td_cpu_isa isa) {
-    return isa == TD_CPU_ISA_AVX2 ? "avx2" : "c";
+    return isa >= 0 && isa < TD_CPU_ISA_COUNT ? k_isa_names[isa] : "?";
+}
+
+int td_cpu_isa_parse(const char *name) {
+    for (int i = 0; name && i < TD_CPU_ISA_COUNT; i++)
+        if (!strcmp(name, k_isa_names[i])) return i;
+    return -1;
+}
+
+int td_cpu_has_isa(td_cpu_isa isa) {
+    if (isa == TD_CPU_ISA_C) return 1;
+    if (!td_cpu_has_avx2()) return 0;
+    if (isa == TD_CPU_ISA_AVX2) return 1;
+#if (defined(__x86_64__) || defined(__i386__)) && defined(__GNUC__) && !(defined(__clang__) && __clang_major__ < 15)
+    if (isa == TD_CPU_ISA_AVX512VNNI)
+        return __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+               __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("avx512vnni");
+#endif
+    return 0;
 }
 
 int td_cpu_has_avx2(void) {
@@ -499,7 +530,8 @@ void td_cpu_kernels_init(td_cpu_kernels *k, td_cpu_isa max_isa) {
     k->type[TD_TYPE_Q6_K].dot_q8 = dot_q8_q6_k;
     td_cpu_kernels_init_iq(k);
 #if defined(__x86_64__) || defined(__i386__)
-    if (max_isa >= TD_CPU_ISA_AVX2 && td_cpu_has_avx2()) td_cpu_kernels_init_avx2(k);
+    if (max_isa >= TD_CPU_ISA_AVX2 && td_cpu_has_isa(TD_CPU_ISA_AVX2)) td_cpu_kernels_init_avx2(k);
+    if (max_isa >= TD_CPU_ISA_AVX512VNNI && td_cpu_has_isa(TD_CPU_ISA_AVX512VNNI)) td_cpu_kernels_init_avx512vnni(k);
 #else
     (void)max_isa;
 #endif

@@ -441,63 +441,101 @@ TGT static void row_q6_k(int type, const void *wv, float *dst, int64_t n) {
 /* ===================================================================== */
 /* vpmaddubsw multiplies unsigned bytes (the codes) by signed bytes (the
  * activations) and adds adjacent pairs into int16 without overflow here
- * (|pair| <= 2 * 63 * 127 < 2^15); vpmaddwd with ones (or with int16
- * scales) widens to int32. Every integer sum is exact. */
+ * (|pair| <= 2 * 63 * 128 < 2^15); vpmaddwd with ones (or with int16
+ * scales) widens to int32. Every integer sum is exact, and the f32 part
+ * follows kernels.c's order step for step (separate mul and add, lane j % 8
+ * for block j, td_cpu_red8 = hsum8), so the result is the C kernel's bits. */
 
 TGTI static inline __m256i ld256(const void *p) {
     return _mm256_loadu_si256((const __m256i_u *)p);
 }
 
-/* Σ code * a over 32 values, as 8 int32 lanes */
-TGTI static inline __m256i dot32_u8s8(__m256i codes, const int8_t *a) {
-    return _mm256_madd_epi16(_mm256_maddubs_epi16(codes, ld256(a)), _mm256_set1_epi16(1));
+TGTI static inline int32_t hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
 }
 
-TGT static float dot_q8_q8_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
-    const uint8_t *b = wv;
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
-    for (int64_t j = 0; j < n / 32; j++, b += SZ(q8_0)) {
-        // signed x signed: |w| times a with w's sign moved onto a
-        const __m256i w = ld256(b + OFF(q8_0, qs)), a = ld256(x->q + 32 * j);
-        const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(a, w)),
-                                            _mm256_set1_epi16(1));
-        const __m256 sc = _mm256_set1_ps(f16s(b + OFF(q8_0, d)) * x->d[j]);
-        if (j & 1) acc1 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc1);
-        else acc0 = _mm256_fmadd_ps(sc, _mm256_cvtepi32_ps(p), acc0);
-    }
-    return hsum8(_mm256_add_ps(acc0, acc1));
+/* the horizontal sums of p[0..7] as the 8 lanes of one vector */
+TGTI static inline __m256i hsum8x8_i32(const __m256i p[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
-TGT static float dot_q8_q4_0(const void *wv, const td_cpu_xq8 *x, int64_t n) {
-    const uint8_t *b = wv;
-    __m256 acc = _mm256_setzero_ps();
-    float off = 0;
+/* Σ w a over one Q8_0 block (signed x signed: |w| times a with w's sign
+ * moved onto a), as 8 int32 lanes */
+TGTI static inline __m256i q8_0_isum(const uint8_t *b, const int8_t *a) {
+    const __m256i w = ld256(b + OFF(q8_0, qs)), x = ld256(a);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+/* the codes of one Q4_0 block minus 8 (values 0..15 low nibbles, 16..31 high) */
+TGTI static inline __m256i q4_0_signed(const uint8_t *b) {
+    const __m128i v = _mm_loadu_si128((const __m128i_u *)(b + OFF(q4_0, qs)));
     const __m128i m4 = _mm_set1_epi8(0x0F);
-    for (int64_t j = 0; j < n / 32; j++, b += SZ(q4_0)) {
-        const __m128i v = _mm_loadu_si128((const __m128i_u *)(b + OFF(q4_0, qs)));
-        // values 0..15 are the low nibbles, 16..31 the high ones
-        const __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
-        const float dw = f16s(b + OFF(q4_0, d));
-        acc = _mm256_fmadd_ps(_mm256_set1_ps(dw * x->d[j]), _mm256_cvtepi32_ps(dot32_u8s8(c, x->q + 32 * j)), acc);
-        off += dw * x->dsum32[j]; // codes are value + 8
+    const __m256i c = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(v, 4), m4), _mm_and_si128(v, m4));
+    return _mm256_sub_epi8(c, _mm256_set1_epi8(8));
+}
+
+TGTI static inline __m256i q4_0_isum(const uint8_t *b, const int8_t *a) {
+    const __m256i w = q4_0_signed(b), x = ld256(a);
+    return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
+}
+
+/* The 32-value types: `isum` gives a block's int32 lanes; blocks 8 at a
+ * time, their sums scaled as a vector into lane j % 8. */
+#define Q8_BLOCKS_DOT(name, BYTES, isum)                                                                              \
+    TGT static float name(const void *wv, const td_cpu_xq8 *x, int64_t n) {                                          \
+        const uint8_t *b = wv;                                                                                       \
+        const int64_t nb = n / 32;                                                                                   \
+        __m256 acc = _mm256_setzero_ps();                                                                            \
+        int64_t j = 0;                                                                                               \
+        for (; j + 8 <= nb; j += 8, b += 8 * (BYTES)) {                                                              \
+            __m256i p[8];                                                                                            \
+            float dw[8];                                                                                             \
+            for (int k = 0; k < 8; k++) {                                                                            \
+                p[k] = isum(b + k * (BYTES), x->q + 32 * (j + k));                                                   \
+                dw[k] = f16s(b + k * (BYTES));                                                                       \
+            }                                                                                                        \
+            const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(x->d + j));                         \
+            acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(hsum8x8_i32(p))));                         \
+        }                                                                                                            \
+        float lanes[8];                                                                                              \
+        _mm256_storeu_ps(lanes, acc);                                                                                \
+        for (int k = 0; j < nb; j++, k++, b += (BYTES)) {                                                            \
+            const float sc = f16s(b) * x->d[j];                                                                      \
+            lanes[k] += sc * (float)hsum_i32(isum(b, x->q + 32 * j));                                                \
+        }                                                                                                            \
+        return td_cpu_red8(lanes);                                                                                   \
     }
-    return hsum8(acc) - 8.0f * off;
+
+/* the scale d sits first in both block layouts */
+Q8_BLOCKS_DOT(dot_q8_q8_0, SZ(q8_0), q8_0_isum)
+Q8_BLOCKS_DOT(dot_q8_q4_0, SZ(q4_0), q4_0_isum)
+
+/* the 6-bit scale (sc) and minimum (mn) codes of a Q4_K/Q5_K super-block,
+ * byte k = sub-block k (the bit layout of kq_scales) */
+TGTI static inline void kq_codes(const uint8_t *b, uint64_t *sc, uint64_t *mn) {
+    uint32_t s0, s1, s2;
+    memcpy(&s0, b + OFF(q4_k, scales), 4), memcpy(&s1, b + OFF(q4_k, scales) + 4, 4),
+        memcpy(&s2, b + OFF(q4_k, scales) + 8, 4);
+    *sc = (uint64_t)(s0 & 0x3f3f3f3fu) | (uint64_t)((s2 & 0x0f0f0f0fu) | ((s0 >> 2) & 0x30303030u)) << 32;
+    *mn = (uint64_t)(s1 & 0x3f3f3f3fu) | (uint64_t)(((s2 >> 4) & 0x0f0f0f0fu) | ((s1 >> 2) & 0x30303030u)) << 32;
 }
 
 /* Q4_K (qh == NULL) and Q5_K */
 TGTI static inline float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, const td_cpu_xq8 *x, int64_t n) {
     const __m256i m4 = _mm256_set1_epi8(0x0F), b1 = _mm256_set1_epi8(0x01);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, macc = acc0;
+    float acc = 0;
     for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += bytes) {
-        float scf[8], comb[8];
-        __m256 mnf;
-        kq_scales(b, f16s(b + OFF(q4_k, d)), scf, &mnf);
-        // d*sc[k] * d_x of the activation block under sub-block k
-        _mm256_storeu_ps(comb, _mm256_mul_ps(_mm256_loadu_ps(scf), _mm256_loadu_ps(x->d + 8 * sb)));
-        macc = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q4_k, dmin))), _mm256_mul_ps(mnf, _mm256_loadu_ps(x->dsum32 + 8 * sb)), macc);
+        uint64_t sc, mn;
+        kq_codes(b, &sc, &mn);
         const uint8_t *qs = b + (has_qh ? OFF(q5_k, qs) : OFF(q4_k, qs));
         __m256i h = has_qh ? ld256(b + OFF(q5_k, qh)) : _mm256_setzero_si256();
         const int8_t *a = x->q + TD_QK_K * sb;
+        __m256i is0 = _mm256_setzero_si256(), is1 = is0;
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             const __m256i v = ld256(qs + 32 * c);
@@ -507,12 +545,21 @@ TGTI static inline float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, c
                 hi = _mm256_or_si256(hi, _mm256_slli_epi16(_mm256_and_si256(_mm256_srli_epi16(h, 1), b1), 4));
                 h = _mm256_srli_epi16(h, 2);
             }
-            acc0 = _mm256_fmadd_ps(_mm256_broadcast_ss(&comb[2 * c]), _mm256_cvtepi32_ps(dot32_u8s8(lo, a + 64 * c)), acc0);
-            acc1 = _mm256_fmadd_ps(_mm256_broadcast_ss(&comb[2 * c + 1]),
-                                   _mm256_cvtepi32_ps(dot32_u8s8(hi, a + 64 * c + 32)), acc1);
+            // the scale code joins in vpmaddwd: lanes hold sc * (pairs of products), exact
+            const __m256i s_lo = _mm256_set1_epi16((short)((sc >> (16 * c)) & 0xFF));
+            const __m256i s_hi = _mm256_set1_epi16((short)((sc >> (16 * c + 8)) & 0xFF));
+            is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld256(a + 64 * c)), s_lo));
+            is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld256(a + 64 * c + 32)), s_hi));
         }
+        const int32_t isum = hsum_i32(_mm256_add_epi32(is0, is1));
+        const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
+        const float msum = hsum8(_mm256_mul_ps(mnf, _mm256_loadu_ps(x->dsum32 + 8 * sb)));
+        const float dx = x->d[8 * sb];
+        const float d = f16s(b + OFF(q4_k, d)), dmin = f16s(b + OFF(q4_k, dmin));
+        const float v = (d * dx) * (float)isum;
+        acc += v - dmin * msum;
     }
-    return hsum8(_mm256_add_ps(acc0, acc1)) - hsum8(macc);
+    return acc;
 }
 
 TGT static float dot_q8_q4_k(const void *w, const td_cpu_xq8 *x, int64_t n) {
@@ -525,17 +572,12 @@ TGT static float dot_q8_q5_k(const void *w, const td_cpu_xq8 *x, int64_t n) {
 
 TGT static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
     const uint8_t *b = wv;
-    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30);
-    __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0, oacc = acc0;
+    const __m256i m4 = _mm256_set1_epi8(0x0F), m30 = _mm256_set1_epi8(0x30), o32 = _mm256_set1_epi8(32);
+    float acc = 0;
     for (int64_t sb = 0; sb < n / TD_QK_K; sb++, b += SZ(q6_k)) {
-        const float d = f16s(b + OFF(q6_k, d));
-        // codes are value + 32: the offset costs 32 * d * Σ_g S[g] dsum16[g] over the 16 groups
-        const __m256 dS0 = _mm256_mul_ps(_mm256_set1_ps(d), i8x8f(b + OFF(q6_k, scales))),
-                     dS1 = _mm256_mul_ps(_mm256_set1_ps(d), i8x8f(b + OFF(q6_k, scales) + 8));
-        oacc = _mm256_fmadd_ps(dS0, _mm256_loadu_ps(x->dsum16 + 16 * sb), oacc);
-        oacc = _mm256_fmadd_ps(dS1, _mm256_loadu_ps(x->dsum16 + 16 * sb + 8), oacc);
         // the 16 scales as int16 pairs: group m of half h uses S[8h+2m] (l < 16), S[8h+2m+1]
         const __m128i S = _mm_loadu_si128((const __m128i_u *)(b + OFF(q6_k, scales)));
+        __m256i is0 = _mm256_setzero_si256(), is1 = is0;
 #pragma GCC unroll 2
         for (int h = 0; h < 2; h++) {
             const __m256i L0 = ld256(b + OFF(q6_k, ql) + 64 * h), L1 = ld256(b + OFF(q6_k, ql) + 64 * h + 32),
@@ -548,18 +590,21 @@ TGT static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
                                    _mm256_and_si256(_mm256_srli_epi16(H, 2), m30));
 #pragma GCC unroll 4
             for (int m = 0; m < 4; m++) {
-                const int64_t j = 8 * sb + 4 * h + m;
-                // int16 lanes 0..7 (values l < 16) get S[8h+2m], lanes 8..15 S[8h+2m+1]
+                const __m256i a = ld256(x->q + TD_QK_K * sb + 128 * h + 32 * m);
                 const __m128i sel = _mm_set_epi64x(0x0101010101010101ll * (8 * h + 2 * m + 1),
                                                    0x0101010101010101ll * (8 * h + 2 * m));
                 const __m256i s16 = _mm256_cvtepi8_epi16(_mm_shuffle_epi8(S, sel));
-                const __m256i p = _mm256_madd_epi16(_mm256_maddubs_epi16(c[m], ld256(x->q + 32 * j)), s16);
-                if (m & 1) acc1 = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[j]), _mm256_cvtepi32_ps(p), acc1);
-                else acc0 = _mm256_fmadd_ps(_mm256_set1_ps(d * x->d[j]), _mm256_cvtepi32_ps(p), acc0);
+                // (code - 32) * a in pairs: both products fit int16, so does the difference
+                const __m256i p16 = _mm256_sub_epi16(_mm256_maddubs_epi16(c[m], a), _mm256_maddubs_epi16(o32, a));
+                if (m & 1) is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(p16, s16));
+                else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(p16, s16));
             }
         }
+        const int32_t isum = hsum_i32(_mm256_add_epi32(is0, is1));
+        const float v = (f16s(b + OFF(q6_k, d)) * x->d[8 * sb]) * (float)isum;
+        acc += v;
     }
-    return hsum8(_mm256_add_ps(acc0, acc1)) - 32.0f * hsum8(oacc);
+    return acc;
 }
 
 /* The act-q8 rounding of td_cpu_quantize_act with the same IEEE operations

@@ -53,6 +53,7 @@ static pthread_once_t g_once = PTHREAD_ONCE_INIT;
 static int g_init_rc;
 static char g_init_msg[1024];
 static char g_variant[32];
+static char g_features[256]; /* variant "auto": the CPU features ggml reports as on */
 
 /* llama.cpp logs through one global callback; library code must not print,
  * so everything is swallowed except the last error line, which goes into
@@ -136,6 +137,28 @@ static void init_once(void) {
     char path[1024];
     // a relocated copy (ci/device-check.sh's bundle) names its own folder
     const char *libdir = getenv("TD_LLAMACPP_LIBDIR");
+    if (!strcmp(v, "auto")) { // what a user gets: ggml scores the variants against this CPU
+        ggml_backend_load_all_from_path(libdir && *libdir ? libdir : TD_LLAMACPP_LIBDIR);
+        ggml_backend_dev_t cpu = ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU);
+        if (!cpu) {
+            g_init_rc = TD_SKIP;
+            snprintf(g_init_msg, sizeof g_init_msg, "llamacpp: no CPU variant of ggml loads from %.600s",
+                     libdir && *libdir ? libdir : TD_LLAMACPP_LIBDIR);
+            g_variant[0] = '\0';
+            return;
+        }
+        ggml_backend_reg_t reg = ggml_backend_dev_backend_reg(cpu);
+        ggml_backend_get_features_t gf =
+            (ggml_backend_get_features_t)ggml_backend_reg_get_proc_address(reg, "ggml_backend_get_features");
+        for (struct ggml_backend_feature *f = gf ? gf(reg) : NULL; f && f->name; f++)
+            if (f->value && !strcmp(f->value, "1")) {
+                const size_t len = strlen(g_features);
+                snprintf(g_features + len, sizeof g_features - len, "%s%s", len ? " " : "", f->name);
+            }
+        llama_backend_init();
+        g_init_rc = TD_OK;
+        return;
+    }
     snprintf(path, sizeof path, "%s/libggml-cpu-%s.so", libdir && *libdir ? libdir : TD_LLAMACPP_LIBDIR, g_variant);
     // Release builds fail silently here: the device count is the check.
     if (!ggml_backend_load(path) || !ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU)) {
@@ -428,6 +451,8 @@ typedef struct lc_backend {
     td_backend base;
     lc_kind kind;
     int flash_attn;
+    int user;        /* TD_LLAMACPP_USER_DEFAULTS: llama-bench's settings, for speed only (no taps) */
+    int logits_last; /* td_backend_params.logits_last */
     char profile[128]; /* what this arm computes with, from its device */
     const td_model *m;
     struct llama_model *lm;
@@ -835,6 +860,8 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                           arm, want, decl);
     }
     s->m = m;
+    s->user = kind == LC_CPU && env_flag("TD_LLAMACPP_USER_DEFAULTS");
+    s->logits_last = p && p->logits_last;
     s->n_ctx = p && p->n_ctx ? p->n_ctx : m->hp.n_ctx_train;
     if (s->n_ctx < 1) s->n_ctx = 4096;
     s->n_vocab = m->hp.n_vocab;
@@ -869,7 +896,7 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     mp.n_gpu_layers = kind == LC_CPU ? 0 : 100000;
     mp.split_mode = LLAMA_SPLIT_MODE_NONE;
     mp.main_gpu = 0;
-    mp.use_extra_bufts = false; // no weight repacking
+    mp.use_extra_bufts = s->user; // weight repacking only as users get it (it changes the arithmetic)
     mp.progress_callback = load_progress;
     log_clear();
     s->lm = llama_model_load_from_file(path, mp);
@@ -905,6 +932,13 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     cp.type_k = cp.type_v = GGML_TYPE_F32;
     cp.cb_eval = eval_cb;
     cp.cb_eval_user_data = &s->obs;
+    if (s->user) { // llama-bench's defaults; no node callback (it costs time and taps are refused)
+        cp.n_ubatch = 512 < cp.n_batch ? 512 : cp.n_batch;
+        cp.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_AUTO;
+        cp.type_k = cp.type_v = GGML_TYPE_F16;
+        cp.cb_eval = NULL;
+        cp.cb_eval_user_data = NULL;
+    }
     cp.embeddings = false;
     cp.no_perf = true;
     log_clear();
@@ -916,11 +950,17 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     }
     s->batch = llama_batch_init((int32_t)s->n_ctx, 0, 1);
 
-    if (kind == LC_CPU)
+    if (kind == LC_CPU && s->user)
         snprintf(s->version, sizeof s->version,
-                 "llama.cpp %s (%s), ggml-cpu-%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
-                 llama_version(), TD_LLAMACPP_FETCHED, g_variant, (long long)s->n_ctx, s->threads,
-                 s->obs.all_nodes ? ", all nodes" : "");
+                 "llama.cpp %s (%s), ggml-cpu-%s%s%.200s%s, user defaults: weight repacking on, flash_attn auto, kv "
+                 "f16, n_ubatch %u, threads %d",
+                 llama_version(), TD_LLAMACPP_FETCHED, g_variant, g_features[0] ? " [" : "", g_features,
+                 g_features[0] ? "]" : "", cp.n_ubatch, s->threads);
+    else if (kind == LC_CPU)
+        snprintf(s->version, sizeof s->version,
+                 "llama.cpp %s (%s), ggml-cpu-%s%s%.200s%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
+                 llama_version(), TD_LLAMACPP_FETCHED, g_variant, g_features[0] ? " [" : "", g_features,
+                 g_features[0] ? "]" : "", (long long)s->n_ctx, s->threads, s->obs.all_nodes ? ", all nodes" : "");
     else // the device and what changes its arithmetic are provenance
         snprintf(s->version, sizeof s->version,
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
@@ -945,6 +985,11 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
     int rc = td_fwd_check_step("llamacpp", tokens, T, pos0, s->n_past, s->n_ctx, s->n_vocab, err);
     if (rc) return rc;
 
+    if (s->user && sink)
+        return td_err_set(err, TD_EINPUT, "llamacpp: TD_LLAMACPP_USER_DEFAULTS is for speed only; taps need the "
+                                          "aligned settings (unset it)");
+    // the rows the caller reads: all, or the last one (bench --logits-last)
+    const int64_t t_out = s->logits_last && !sink ? T - 1 : 0;
     struct llama_batch *bt = &s->batch;
     bt->n_tokens = (int32_t)T;
     int32_t *pos32 = td_xmalloc((size_t)T * sizeof *pos32);
@@ -953,7 +998,7 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
         bt->pos[t] = (llama_pos)(pos0 + t);
         bt->n_seq_id[t] = 1;
         bt->seq_id[t][0] = s->seq;
-        bt->logits[t] = 1; // every position, else the last layer computes only the requested rows
+        bt->logits[t] = t >= t_out; // every position, else the last layer computes only the requested rows
     }
     td_fwd_tap_inputs(sink, tokens, T, pos0, pos32);
     free(pos32);
@@ -976,7 +1021,7 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
         return td_err_set(err, TD_EINTERNAL, "llamacpp: llama_decode of %lld tokens at position %lld returned %d: %s",
                           (long long)T, (long long)pos0, (int)dr, log_last(why, sizeof why));
 
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t t = t_out; t < T; t++) {
         const float *row = llama_get_logits_ith(s->lctx, (int32_t)t);
         if (!row)
             return td_err_set(err, TD_EINTERNAL, "llamacpp: llama.cpp has no logits for token %lld of the step",

@@ -24,7 +24,7 @@
 static const char *const bench_help =
     "usage: tapdiff bench --model M.gguf --backend B [--threads N] [--prompt-len P | --prompt TEXT |\n"
     "                     --prompt-file F] [--gen G]\n"
-    "                     [--repeat R] [--json]\n"
+    "                     [--repeat R] [--logits-last] [--json]\n"
     "       tapdiff bench --make-model OUT.gguf --type T [--size 200m|tiny]\n"
     "\n"
     "Measures backend B on model M: a prefill of P tokens in one forward, then G decode\n"
@@ -45,6 +45,8 @@ static const char *const bench_help =
     "  --gen G            decode steps (default 32)\n"
     "  --repeat R         timed runs (default 3)\n"
     "  --bw-mib N         bandwidth probe buffer in MiB (default 512)\n"
+    "  --logits-last      compute logits for the last position of the prefill only, as\n"
+    "                     llama-bench does (backends that honour it: cpu, llamacpp)\n"
     "  --json             one JSON object on stdout instead of text\n"
     "\n"
     "  --make-model OUT   write a benchmark model (llama arch, random weights) and exit\n"
@@ -57,7 +59,7 @@ typedef struct bench_args {
     const char *model, *backend, *make_model, *type, *size, *profile;
     const char *prompt_text, *prompt_file;
     long long threads, prompt, gen, repeat, bw_mib;
-    int json, prompt_len_given;
+    int json, prompt_len_given, logits_last;
     const int32_t *ids; /* the tokenized --prompt (then prompt = its count) */
 } bench_args;
 
@@ -86,6 +88,10 @@ static int parse_args(int argc, char **argv, bench_args *a) {
         }
         if (!strcmp(arg, "--json")) {
             a->json = 1;
+            continue;
+        }
+        if (!strcmp(arg, "--logits-last")) {
+            a->logits_last = 1;
             continue;
         }
         const char *val = td_args_value(&p);
@@ -172,13 +178,14 @@ typedef struct bench_result {
     double prefill_s, decode_s;     /* the best runs' times */
     long peak_rss_kib;
     double weight_bytes, bw_bytes_s, bound_tps;
-    char version[256];
+    char version[512];
 } bench_result;
 
 static int run_bench(const bench_args *a, const td_backend_vt *vt, const td_model *m, bench_result *res,
                      td_err *err) {
     const int64_t P = a->prompt, G = a->gen, V = m->hp.n_vocab;
-    td_backend_params bp = {.threads = (int)a->threads, .n_ctx = (uint32_t)(P + G), .profile = a->profile};
+    td_backend_params bp = {.threads = (int)a->threads, .n_ctx = (uint32_t)(P + G), .profile = a->profile,
+                            .logits_last = a->logits_last};
     td_backend *be = NULL;
     int rc = vt->open(&be, m, &bp, err);
     if (rc) return rc;
@@ -270,6 +277,7 @@ int td_cmd_bench(int argc, char **argv) {
         cJSON_AddNumberToObject(o, "prompt_len", (double)a.prompt);
         cJSON_AddNumberToObject(o, "gen", (double)a.gen);
         cJSON_AddNumberToObject(o, "repeat", (double)a.repeat);
+        cJSON_AddStringToObject(o, "logits", a.logits_last ? "last" : "all");
         cJSON_AddNumberToObject(o, "prefill_tok_s", r.prefill_tps);
         cJSON_AddNumberToObject(o, "decode_tok_s", r.decode_tps);
         cJSON_AddNumberToObject(o, "peak_rss_mib", (double)r.peak_rss_kib / 1024.0);
@@ -286,7 +294,8 @@ int td_cmd_bench(int argc, char **argv) {
                m->hp.n_embd, m->hp.n_vocab);
         printf("backend    %s: %s\n", a.backend, r.version);
         printf("threads    %lld%s\n", a.threads, a.threads ? "" : " (every core)");
-        printf("prefill    %.1f tok/s  (%lld tokens, best of %lld)\n", r.prefill_tps, a.prompt, a.repeat);
+        printf("prefill    %.1f tok/s  (%lld tokens, best of %lld, logits of %s)\n", r.prefill_tps, a.prompt, a.repeat,
+               a.logits_last ? "the last position" : "every position");
         printf("decode     %.2f tok/s  (%lld steps, best of %lld)\n", r.decode_tps, a.gen, a.repeat);
         printf("peak RSS   %.1f MiB\n", (double)r.peak_rss_kib / 1024.0);
         printf("bound      %.2f tok/s = read bandwidth %.2f GiB/s / %.1f MiB of weights per token"

@@ -23,6 +23,7 @@
 #include "bench_model.h"
 #include "compare.h"
 #include "cpu.h"
+#include "cpu_kernels.h"
 #include "fixtures.h"
 #include "model.h"
 #include "runner.h"
@@ -564,3 +565,98 @@ Test(cpu_bench, usage_and_skip_exit_codes) {
     cr_assert(strstr(out, "--make-model"), "help: %s", out);
     free(out);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Every kernel level this CPU runs (TD_CPU_ISA caps the level) is conformant
+ * under both profiles; a level above the CPU's is skipped, an unknown name
+ * refused. */
+
+typedef struct isa_case {
+    int isa;
+    int act_q8;
+} isa_case;
+static isa_case k_isa_cases[2 * TD_CPU_ISA_COUNT];
+
+ParameterizedTestParameters(cpu_conformance, every_isa_level) {
+    for (int i = 0; i < 2 * TD_CPU_ISA_COUNT; i++) k_isa_cases[i] = (isa_case){i / 2, i % 2};
+    return cr_make_param_array(isa_case, k_isa_cases, 2 * TD_CPU_ISA_COUNT);
+}
+
+ParameterizedTest(isa_case *c, cpu_conformance, every_isa_level, .timeout = 400) {
+    const char *name = td_cpu_isa_name((td_cpu_isa)c->isa);
+    if (!td_cpu_has_isa((td_cpu_isa)c->isa)) cr_skip_test("this CPU lacks kernel level %s", name);
+    setenv("TD_CPU_ISA", name, 1);
+    // the level is the one that runs, and the version (provenance, bench) says so
+    td_model *m = NULL;
+    td_err err = {{0}};
+    char path[512], want[64];
+    make_tmpdir();
+    fixture_path("llama-q4_k", path, sizeof path);
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    td_backend *be = NULL;
+    td_backend_params p = {.threads = 1, .profile = c->act_q8 ? "act-q8" : NULL};
+    cr_assert_eq(td_cpu_backend.open(&be, m, &p, &err), TD_OK, "%s", err.msg);
+    snprintf(want, sizeof want, "kernels %s,", name);
+    cr_assert_not_null(strstr(td_cpu_backend.version(be), want), "version '%s' lacks '%s'", td_cpu_backend.version(be),
+                       want);
+    td_cpu_backend.close(be);
+    td_model_close(m);
+    remove_tmpdir();
+    conformance_profile("llama-q4_k", c->act_q8 ? "act-q8" : NULL);
+    unsetenv("TD_CPU_ISA");
+}
+
+Test(cpu_forward, refuses_unknown_isa_level) {
+    td_model *m = NULL;
+    td_err err = {{0}};
+    char path[512];
+    make_tmpdir();
+    fixture_path("llama-q4_k", path, sizeof path);
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    setenv("TD_CPU_ISA", "avx1024", 1);
+    td_backend *be = NULL;
+    cr_assert_eq(td_cpu_backend.open(&be, m, NULL, &err), TD_EINPUT);
+    cr_assert_not_null(strstr(err.msg, "TD_CPU_ISA"), "%s", err.msg);
+    unsetenv("TD_CPU_ISA");
+    td_model_close(m);
+    remove_tmpdir();
+}
+
+/* logits_last (bench --logits-last): an untapped prefill computes the last
+ * row only, bitwise what the token-by-token run gives there (with the dot
+ * path for the layers too, as prefill_vs_single). */
+static void logits_last_case(const char *profile) {
+    make_tmpdir();
+    char path[512];
+    tiny_model(TD_TYPE_Q4_K, path, sizeof path);
+    td_model *m = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    const int64_t V = m->hp.n_vocab, T = 12;
+    td_backend_params p = {.threads = 2, .n_ctx = 64, .profile = profile, .logits_last = 1};
+    td_backend *b = NULL;
+    setenv("TD_CPU_GEMM_MIN_T", "1000000", 1);
+    const int rc = td_cpu_backend.open(&b, m, &p, &err);
+    unsetenv("TD_CPU_GEMM_MIN_T");
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    double *last = malloc((size_t)(T * V) * sizeof *last), *one = malloc((size_t)V * sizeof *one);
+    const double poison = -12345.0;
+    for (int64_t i = 0; i < T * V; i++) last[i] = poison;
+    cr_assert_eq(b->vt->forward(b, k_prompt, T, 0, NULL, last, &err), TD_OK, "%s", err.msg);
+    // the other rows are not written (not computed)
+    cr_assert_eq(last[0], poison, "row 0 was written under logits_last");
+    b->vt->reset(b);
+    for (int64_t t = 0; t < T; t++)
+        cr_assert_eq(b->vt->forward(b, k_prompt + t, 1, t, NULL, one, &err), TD_OK, "%s", err.msg);
+    for (int64_t v = 0; v < V; v++)
+        if (memcmp(&last[(T - 1) * V + v], &one[v], sizeof(double)))
+            cr_assert_fail("%s: last-row logits %lld: %a, token by token %a", profile, (long long)v,
+                           last[(T - 1) * V + v], one[v]);
+    b->vt->close(b);
+    td_model_close(m);
+    free(last), free(one);
+    remove_tmpdir();
+}
+
+Test(cpu_forward, logits_last_is_the_last_row_native) { logits_last_case("native"); }
+Test(cpu_forward, logits_last_is_the_last_row_act_q8) { logits_last_case("act-q8"); }

@@ -473,3 +473,80 @@ Test(cpu_kernels, dot_q8_avx2_vs_exact) {
     rng_state = 8;
     cr_assert_eq(check_q8_dots(TD_CPU_ISA_AVX2), (int)(sizeof k_q8_types / sizeof k_q8_types[0]));
 }
+
+/* ------------------------------------------------------------------------ */
+/* ISA levels: dispatch, and act-q8's integer kernels bit-equal at every level */
+
+Test(cpu_kernels, isa_names_round_trip_and_levels_nest) {
+    for (int i = 0; i < TD_CPU_ISA_COUNT; i++) {
+        cr_assert_eq(td_cpu_isa_parse(td_cpu_isa_name((td_cpu_isa)i)), i, "level %d", i);
+        // a CPU with a level has every level below it
+        if (i > 0 && td_cpu_has_isa((td_cpu_isa)i)) cr_assert(td_cpu_has_isa((td_cpu_isa)(i - 1)), "level %d", i);
+    }
+    cr_assert_eq(td_cpu_isa_parse("avx-512"), -1);
+    cr_assert_eq(td_cpu_isa_parse(NULL), -1);
+    td_cpu_kernels k;
+    td_cpu_kernels_init(&k, TD_CPU_ISA_COUNT - 1);
+    for (int i = TD_CPU_ISA_COUNT - 1; i >= 0; i--)
+        if (td_cpu_has_isa((td_cpu_isa)i)) {
+            cr_assert_eq((int)k.isa, i, "the table took %s, the CPU has %s", td_cpu_isa_name(k.isa),
+                         td_cpu_isa_name((td_cpu_isa)i));
+            break;
+        }
+}
+
+Test(cpu_kernels, dot_avx512vnni_vs_exact) {
+    if (!td_cpu_has_isa(TD_CPU_ISA_AVX512VNNI)) cr_skip_test("this CPU has no AVX-512 F/BW/VL + VNNI");
+    rng_state = 21;
+    cr_assert_eq(check_dots(TD_CPU_ISA_AVX512VNNI), (int)(sizeof k_dot_types / sizeof k_dot_types[0]));
+    rng_state = 22;
+    cr_assert_eq(check_q8_dots(TD_CPU_ISA_AVX512VNNI), (int)(sizeof k_q8_types / sizeof k_q8_types[0]));
+}
+
+/* Every act-q8 kernel of every level this CPU runs returns the C kernel's
+ * bits: the integer sums are exact and the scaling follows one order. The
+ * lengths cover whole groups of 8 blocks, tails, and one block. */
+Test(cpu_kernels, dot_q8_bitwise_equal_across_isa_levels) {
+    rng_state = 23;
+    td_cpu_kernels lv[TD_CPU_ISA_COUNT];
+    int n_lv = 0;
+    for (int i = 0; i < TD_CPU_ISA_COUNT; i++) {
+        td_cpu_kernels_init(&lv[n_lv], (td_cpu_isa)i);
+        if ((int)lv[n_lv].isa == i) n_lv++;
+    }
+    if (n_lv < 2) cr_skip_test("this CPU runs only the C kernels");
+    int compared = 0;
+    for (size_t ti = 0; ti < sizeof k_q8_types / sizeof k_q8_types[0]; ti++) {
+        const int type = k_q8_types[ti];
+        const int64_t B = td_type_get(type)->block_size;
+        const int64_t lens[] = {B, 3 * B, 8 * B, 11 * B, B >= 256 ? 16 * B : 128 * B};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int rep = 0; rep < 6; rep++) {
+                const int64_t n = lens[li];
+                size_t bytes;
+                uint8_t *w = random_row(type, n, &bytes);
+                float *x = malloc((size_t)n * sizeof *x), *d = malloc((size_t)n / 32 * sizeof *d);
+                float *d16 = malloc((size_t)n / 16 * sizeof *d16), *d32 = malloc((size_t)n / 32 * sizeof *d32);
+                int8_t *q = malloc((size_t)n);
+                // magnitudes over several decades, so roundings differ if the order does
+                for (int64_t i = 0; i < n; i++) x[i] = (float)(urnd() * pow(10.0, (double)(i % 7) - 3));
+                td_cpu_quantize_act(B == 256 ? TD_CPU_ACT_Q8_K : TD_CPU_ACT_Q8_0, x, n, q, d, d16, d32, NULL);
+                const td_cpu_xq8 xq = {q, d, d16, d32};
+                const float c = lv[0].type[type].dot_q8(w, &xq, n);
+                for (int i = 1; i < n_lv; i++) {
+                    const float s = lv[i].type[type].dot_q8(w, &xq, n);
+                    uint32_t bc, bs;
+                    memcpy(&bc, &c, 4), memcpy(&bs, &s, 4);
+                    if (bc != bs) {
+                        print_inputs("act-q8 level mismatch", type, w, bytes, x, n);
+                        cr_assert_fail("dot_q8_%s, n = %lld: %s gives %.9g (0x%08x), c gives %.9g (0x%08x)",
+                                       td_type_name(type), (long long)n, td_cpu_isa_name(lv[i].isa), (double)s, bs,
+                                       (double)c, bc);
+                    }
+                    compared++;
+                }
+                free(w), free(x), free(d), free(d16), free(d32), free(q);
+            }
+    }
+    cr_assert_gt(compared, 0);
+}

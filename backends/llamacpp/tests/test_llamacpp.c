@@ -487,6 +487,42 @@ Test(llamacpp, reset_and_continuation, .init = make_tmpdir, .fini = remove_tmpdi
     free(b);
 }
 
+/* logits_last (bench --logits-last): only the last row is written, and it is
+ * the full run's last row; TD_LLAMACPP_USER_DEFAULTS (repacking, flash
+ * attention auto, f16 KV) runs and stays near the aligned arm. */
+Test(llamacpp, logits_last_and_user_defaults, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    char path[512];
+    fixture_path("llama-q4_k", path, sizeof path);
+    td_model *m = open_model(path);
+    const int64_t V = m->hp.n_vocab, T = 6;
+    const int32_t tok[6] = {1, 260, 270, 280, 290, 300};
+    double *all = malloc((size_t)(T * V) * sizeof *all), *last = malloc((size_t)(T * V) * sizeof *last);
+    td_backend *lc = open_backend("llamacpp", m, 16);
+    forward_ok(lc, tok, T, 0, NULL, all);
+    lc->vt->close(lc);
+    for (int pass = 0; pass < 2; pass++) {
+        if (pass) setenv("TD_LLAMACPP_USER_DEFAULTS", "1", 1);
+        td_backend_params p = {.n_ctx = 16, .threads = 1, .logits_last = 1};
+        td_backend *b = NULL;
+        td_err err = {{0}};
+        const int rc = td_llamacpp_backend.open(&b, m, &p, &err);
+        unsetenv("TD_LLAMACPP_USER_DEFAULTS");
+        cr_assert_eq(rc, TD_OK, "open: %s", err.msg);
+        cr_assert_eq(strstr(td_llamacpp_backend.version(b), "user defaults") != NULL, pass, "version: %s",
+                     td_llamacpp_backend.version(b));
+        for (int64_t i = 0; i < T * V; i++) last[i] = -12345.0;
+        forward_ok(b, tok, T, 0, NULL, last);
+        cr_assert_eq(last[0], -12345.0, "pass %d: row 0 was written under logits_last", pass);
+        const double r = rel_l2(all + (T - 1) * V, last + (T - 1) * V, V);
+        // the aligned arm computes the same last row; repacking and the f16 cache move it a little
+        cr_assert_leq(r, pass ? 5e-2 : 1e-5, "pass %d: last row relative L2 %.3g vs every-row run", pass, r);
+        b->vt->close(b);
+    }
+    td_model_close(m);
+    free(all), free(last);
+}
+
 /* Bad requests come back as TD_EINPUT with one line, never an abort inside
  * llama.cpp. */
 Test(llamacpp, bad_requests_are_input_errors, .init = make_tmpdir, .fini = remove_tmpdir) {
