@@ -46,6 +46,17 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                               "the IQ2_XXS decoder takes element 0's sign from bit 1 of its group's sign mask",
                               "blk.0.ffn_out", NULL, 0,
                               "*-iq2_xxs only: the first product with an IQ2_XXS weight (ffn_down)"},
+    [TD_FAULT_CUDA_SYNC_MISSING] = {TD_FAULT_CUDA_SYNC_MISSING, "cuda_sync_missing",
+                                    "the RMSNorm block reduction lacks the __syncthreads between writing and "
+                                    "reading its per-warp partial sums (a race: warps read stale shared memory)",
+                                    "blk.0.attn_norm", NULL, 0,
+                                    "llama-f32, qwen3-f32, qwen3moe-f32 (cuda only; a race, so where it shows "
+                                    "is what the device check verifies)"},
+    [TD_FAULT_CUDA_SMEM_STRIDE] = {TD_FAULT_CUDA_SMEM_STRIDE, "cuda_smem_stride",
+                                   "attention writes its scores to shared memory with stride 1 and reads them "
+                                   "with stride 2",
+                                   "blk.0.attn_ctx", NULL, 0,
+                                   "llama-f32, qwen3-f32, qwen3moe-f32 (cuda only; prefill positions > 0)"},
     [TD_FAULT_GDN_L2_EPS] = {TD_FAULT_GDN_L2_EPS, "gdn_l2_eps_outside",
                              "the GDN L2 norm of q and k computes 1/sqrt(sum x^2) + eps: eps outside the square root",
                              "blk.0.ssm_core", NULL, 0, "qwen3next-f32 (q and k are tapped before the norm)"},

@@ -39,12 +39,14 @@ typedef enum td_fault {
     TD_FAULT_ATTN_SCALE = 9,        /* attention scores scaled by 1/D instead of 1/sqrt(D) */
     TD_FAULT_RESIDUAL_SKIP = 10,    /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
     TD_FAULT_IQ_SIGN_BIT = 11,      /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
-    TD_FAULT_GDN_L2_EPS = 12,       /* GDN L2 norm: 1/sqrt(sum x^2) + eps, eps outside the square root */
-    TD_FAULT_GDN_CHUNK = 13,        /* chunked GDN prefill: the cumulative decay is not reset at a chunk start */
-    TD_FAULT_CONV_SHIFT = 14,       /* decode: the conv state is not shifted before the new input is stored */
-    TD_FAULT_GDN_DECAY_AFTER = 15,  /* delta rule: state decayed after the update instead of before */
-    TD_FAULT_SHEXP_NO_SIGMOID = 16, /* shared-expert gate used as w.x, without its sigmoid */
-    TD_FAULT_ROPE_PARTIAL_ALL = 17, /* partial RoPE (R < D) rotates all D dims */
+    TD_FAULT_CUDA_SYNC_MISSING = 12, /* cuda: the RMSNorm block reduction reads its partials without the barrier */
+    TD_FAULT_CUDA_SMEM_STRIDE = 13,  /* cuda: attention writes its scores to shared memory with stride 1, reads 2 */
+    TD_FAULT_GDN_L2_EPS = 14,        /* GDN L2 norm: 1/sqrt(sum x^2) + eps, eps outside the square root */
+    TD_FAULT_GDN_CHUNK = 15,         /* chunked GDN prefill: the cumulative decay is not reset at a chunk start */
+    TD_FAULT_CONV_SHIFT = 16,        /* decode: the conv state is not shifted before the new input is stored */
+    TD_FAULT_GDN_DECAY_AFTER = 17,   /* delta rule: state decayed after the update instead of before */
+    TD_FAULT_SHEXP_NO_SIGMOID = 18,  /* shared-expert gate used as w.x, without its sigmoid */
+    TD_FAULT_ROPE_PARTIAL_ALL = 19,  /* partial RoPE (R < D) rotates all D dims */
     TD_FAULT_COUNT
 } td_fault;
 
