@@ -86,6 +86,26 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                                 "blk.0.attn_q", NULL, 1,
                                 "qwen3-oddblocks-q8_0 only (3 and 5 blocks per row); step 1 because an 8-token "
                                 "prefill takes sgemm, step 0 with TD_CPU_GEMM_MIN_T=1000000 (row kernels)"},
+    [TD_FAULT_GDN_L2_EPS] = {TD_FAULT_GDN_L2_EPS, "gdn_l2_eps_outside",
+                             "the GDN L2 norm of q and k computes 1/sqrt(sum x^2) + eps: eps outside the square root",
+                             "blk.0.ssm_core", NULL, 0, "qwen3next-f32 (q and k are tapped before the norm)"},
+    [TD_FAULT_GDN_CHUNK] = {TD_FAULT_GDN_CHUNK, "gdn_chunk_boundary",
+                            "the chunked GDN prefill carries the cumulative log-decay across a chunk start",
+                            "blk.0.ssm_core", NULL, 0, "qwen3next-f32 with a prompt of more than 64 tokens"},
+    [TD_FAULT_CONV_SHIFT] = {TD_FAULT_CONV_SHIFT, "conv_state_shift",
+                             "a decode step stores its conv input without shifting the conv state (off by one)",
+                             "blk.0.ssm_conv_state", NULL, 1,
+                             "qwen3next-f32 (the first decode step's outputs still read the right window)"},
+    [TD_FAULT_GDN_DECAY_AFTER] = {TD_FAULT_GDN_DECAY_AFTER, "gdn_decay_after_update",
+                                  "the delta rule decays the state after the rank-1 update instead of before",
+                                  "blk.0.ssm_core", NULL, 0, "qwen3next-f32 (from the second prompt token)"},
+    [TD_FAULT_SHEXP_NO_SIGMOID] = {TD_FAULT_SHEXP_NO_SIGMOID, "shexp_gate_no_sigmoid",
+                                   "the shared-expert gate is w.x, without its sigmoid", "blk.0.ffn_shexp_gate", NULL,
+                                   0, "qwen3next-f32"},
+    [TD_FAULT_ROPE_PARTIAL_ALL] = {TD_FAULT_ROPE_PARTIAL_ALL, "rope_partial_all_dims",
+                                   "partial RoPE (R < D) rotates all D dims of each head",
+                                   "blk.3.attn_q_rope", NULL, 0,
+                                   "qwen3next-f32 (R = 16 < D = 64; block 3 is its attention block)"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {

@@ -46,6 +46,12 @@ typedef enum td_fault {
     TD_FAULT_THREAD_RACE = 16,      /* attention tasks share one score buffer across threads (a data race) */
     TD_FAULT_SIMD_TAIL = 17,        /* the f32 dot kernel drops the n % 8 tail */
     TD_FAULT_ODDBLOCK_Q8_0 = 18,    /* the Q8_0 row dot, unrolled by 2 blocks, drops an odd last block */
+    TD_FAULT_GDN_L2_EPS = 19,        /* GDN L2 norm: 1/sqrt(sum x^2) + eps, eps outside the square root */
+    TD_FAULT_GDN_CHUNK = 20,         /* chunked GDN prefill: the cumulative decay is not reset at a chunk start */
+    TD_FAULT_CONV_SHIFT = 21,        /* decode: the conv state is not shifted before the new input is stored */
+    TD_FAULT_GDN_DECAY_AFTER = 22,   /* delta rule: state decayed after the update instead of before */
+    TD_FAULT_SHEXP_NO_SIGMOID = 23,  /* shared-expert gate used as w.x, without its sigmoid */
+    TD_FAULT_ROPE_PARTIAL_ALL = 24,  /* partial RoPE (R < D) rotates all D dims */
     TD_FAULT_COUNT
 } td_fault;
 

@@ -24,6 +24,9 @@ enum {
     TD_ARCH_T_MOE_OPTIONAL = 1u << 2,/* MoE when expert_count > 0, else dense (Mixtral-style llama) */
     TD_ARCH_T_ATTN_OUT_BIAS = 1u << 3,/* attn_output.bias is read when present */
     TD_ARCH_T_ROPE_FREQS = 1u << 4,  /* rope_freqs.weight frequency factors are read when present */
+    TD_ARCH_T_PARTIAL_ROPE = 1u << 5,/* rope.dimension_count R may be < D (dims R..D-1 pass unrotated) */
+    TD_ARCH_T_SHARED_EXPERT = 1u << 6,/* every MoE has a sigmoid-gated shared expert (ffn_*_shexp) */
+    TD_ARCH_T_ATTN_GATE = 1u << 7,   /* attn_q holds [q; gate] per head; output = ctx * sigmoid(gate) */
 };
 
 typedef struct td_binder td_binder;

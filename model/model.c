@@ -153,7 +153,7 @@ static int read_hparams(const binder *b, const td_arch_desc *ad, td_hparams *hp)
         return td_err_set(b->err, TD_EINPUT,
                           "%s: key '%s.rope.dimension_count': expected an even R (RoPE rotates pairs), found R = %u",
                           P, A, R);
-    if (R != D)
+    if (R != D && !(ad->traits & TD_ARCH_T_PARTIAL_ROPE))
         return td_err_set(b->err, TD_EINPUT,
                           "%s: key '%s.rope.dimension_count': expected R == head dim D = %u (%s rotates the whole "
                           "head), found R = %u",

@@ -17,6 +17,7 @@ typedef enum td_arch {
     TD_ARCH_LLAMA = 0,
     TD_ARCH_QWEN3 = 1,
     TD_ARCH_QWEN3MOE = 2,
+    TD_ARCH_QWEN3NEXT = 3,
 } td_arch;
 
 typedef enum td_rope_type {
@@ -52,6 +53,16 @@ typedef struct td_hparams {
     uint32_t n_expert;      /* X; 0 for dense */
     uint32_t n_expert_used; /* K */
     uint32_t n_vocab;       /* V */
+    /* hybrid recurrent architectures (qwen3next); 0 elsewhere. n_layer above
+     * is the trunk: block_count minus the trailing MTP blocks. */
+    uint32_t n_nextn;       /* MTP blocks after the trunk (not run) */
+    uint32_t n_ff_shexp;    /* F_sh: shared-expert width; 0 = no shared expert */
+    uint32_t ssm_conv;      /* K conv taps */
+    uint32_t ssm_d_state;   /* d_k = d_v: GDN key (and value) head dim */
+    uint32_t ssm_n_group;   /* H_k: GDN key heads */
+    uint32_t ssm_dt_rank;   /* H_v: GDN value heads */
+    uint32_t ssm_d_inner;   /* H_v * d_v */
+    uint64_t recurrent[4];  /* bit il: trunk layer il is a GDN layer (at most 256 trunk layers) */
 } td_hparams;
 
 /* What a block computes before its FFN. Each kind has its own parts in
@@ -59,6 +70,7 @@ typedef struct td_hparams {
  * appended with its parts, and the forwards dispatch on it. */
 typedef enum td_layer_kind {
     TD_LAYER_ATTENTION = 0, /* softmax self-attention over a KV cache */
+    TD_LAYER_GDN = 1,       /* Gated DeltaNet: causal conv + delta-rule recurrent state (qwen3next) */
     TD_LAYER_KIND_COUNT
 } td_layer_kind;
 
@@ -71,7 +83,23 @@ typedef struct td_attn_parts {
     const td_tensor *wo;                         /* {H*D, E} */
     const td_tensor *bo;                         /* optional {E} */
     const td_tensor *q_norm, *k_norm;            /* {D}: qwen3 family */
+    int q_gated;                                 /* wq is {E, 2*H*D}: per head h rows [q_h (D); gate_h (D)],
+                                                    and the output is ctx * sigmoid(gate) (qwen3next) */
 } td_attn_parts;
+
+/* Parts of a Gated DeltaNet layer (arch-qwen3next.md §3.2): C = 2*H_k*d_k +
+ * H_v*d_v conv channels, in attn_qkv's row order [q; k; v]. */
+typedef struct td_gdn_parts {
+    const td_tensor *norm;     /* attn_norm {E} */
+    const td_tensor *wqkv;     /* attn_qkv {E, C} */
+    const td_tensor *wgate;    /* attn_gate {E, H_v*d_v}: the output gate z */
+    const td_tensor *wba;      /* ssm_ba {E, 2*H_v}: per key head [beta x r; alpha x r] */
+    const td_tensor *conv;     /* ssm_conv1d {K, C} */
+    const td_tensor *dt_bias;  /* ssm_dt.bias {H_v} */
+    const td_tensor *a;        /* ssm_a {H_v} = -exp(A_log) */
+    const td_tensor *ssm_norm; /* {d_v}: gated RMSNorm weight, shared by the heads */
+    const td_tensor *wout;     /* ssm_out {H_v*d_v, E} */
+} td_gdn_parts;
 
 /* The FFN after the mixer: dense SwiGLU, or a softmax-routed MoE when the
  * router (gate_inp) is bound. */
@@ -82,6 +110,9 @@ typedef struct td_ffn_parts {
     const td_tensor *gate_inp;                   /* MoE router {E, X} */
     const td_tensor *gate_exps, *up_exps;        /* {E, F, X} (gate may be NULL for llama MoE) */
     const td_tensor *down_exps;                  /* {F, E, X} */
+    const td_tensor *gate_inp_shexp;             /* shared-expert gate vector {E} (qwen3next) */
+    const td_tensor *gate_shexp, *up_shexp;      /* {E, F_sh} */
+    const td_tensor *down_shexp;                 /* {F_sh, E} */
 } td_ffn_parts;
 
 /* Tensors of one block: its kind, that kind's parts (the others stay
@@ -89,6 +120,7 @@ typedef struct td_ffn_parts {
 typedef struct td_layer {
     td_layer_kind kind;
     td_attn_parts attn; /* kind TD_LAYER_ATTENTION */
+    td_gdn_parts gdn;   /* kind TD_LAYER_GDN */
     td_ffn_parts ffn;
 } td_layer;
 

@@ -72,6 +72,15 @@ void td_ref_attention_f64(double *out, const double *q, const double *k, const d
  * the sum taken in rank order. The rule is backends/forward.h's
  * td_moe_route_*, shared by every backend; these are its reference names. */
 void td_ref_moe_route_f64(int32_t *topk, double *weights, const double *probs, int64_t X, int64_t K);
+/* In place: x (n) / sqrt(sum(x^2) + eps), eps on the SUM (primitives §1.1,
+ * the Gated DeltaNet's q/k norm). */
+void td_ref_l2norm_f64(double *x, int64_t n, double eps);
+/* One token of the Gated DeltaNet delta rule for one value head
+ * (arch-qwen3next.md §4.2 step 7): S (dk x dk, S[i][j] at j*dk + i for key
+ * index i, value index j) <- exp(gamma) S; e = S^T k; S += k (beta (v - e))^T;
+ * o (dk) = S^T q / sqrt(dk) with the updated S. q, k already L2-normed. */
+void td_ref_gdn_step_f64(double *S, double *o, const double *q, const double *k, const double *v, double gamma,
+                         double beta, int64_t dk);
 
 /* ---- f32 primitives (ref32): the same code computing in float ---------- */
 
@@ -82,6 +91,9 @@ void td_ref_rope_f32(float *x, int64_t pos, const td_ref_rope *c, const float *f
 void td_ref_attention_f32(float *out, const float *q, const float *k, const float *v, const int64_t *pos,
                           float *att, int64_t T, int64_t H, int64_t Hkv, int64_t D);
 void td_ref_moe_route_f32(int32_t *topk, float *weights, const float *probs, int64_t X, int64_t K);
+void td_ref_l2norm_f32(float *x, int64_t n, float eps);
+void td_ref_gdn_step_f32(float *S, float *o, const float *q, const float *k, const float *v, float gamma, float beta,
+                         int64_t dk);
 
 #ifdef __cplusplus
 }

@@ -195,6 +195,21 @@ typedef struct ref_acts {
     int64_t *pos;     // (T)
     int32_t *route_t; // (T) token of each row of xs
     int32_t *route_j; // (T) rank slot of each row of xs
+    // qwen3next (NULL elsewhere)
+    real *qg;         // (T, 2*H*D) gated attention's projection: per head [q; gate]
+    real *agate;      // (T, H*D) attention output gate (before the sigmoid)
+    real *sh_g, *sh_u;// (T, F_sh) shared expert's gate and up, then silu(g)*u in sh_g
+    real *sh_y;       // (T, E) shared expert's output
+    real *sh_s;       // (T) sigmoid(w_sg . x)
+    real *m;          // (T, C) GDN projection [q; k; v] before the conv
+    real *z;          // (T, Hv*dk) GDN output gate
+    real *ba;         // (T, 2*Hv) beta/alpha logits
+    real *beta, *gam; // (T, Hv) sigmoid(beta~), log-decay gamma
+    real *cq, *ck;    // (T, Hk*dk) q, k after conv + silu (cq/ck: before, qn/kn: after the L2 norm)
+    real *qn, *kn;    // (T, Hk*dk)
+    real *cv;         // (T, Hv*dk) v after conv + silu
+    real *core;       // (T, Hv*dk) recurrence output o
+    real *gated;      // (T, Hv*dk) RMSNorm(o) * silu(z)
 } ref_acts;
 
 typedef struct ref_backend {
@@ -219,6 +234,11 @@ typedef struct ref_backend {
     real *qin;       // (cap_qin) activations of one matmul as the profile rounds them
     int64_t cap_qin;
     real *k16, *v16; // (kv_cap, Hkv*D) cache rows as attn-f16 rounds them for one step
+    // per-sequence recurrent state of GDN layers (NULL for attention layers)
+    real **conv_state; // n_layer x (C, K-1): last K-1 inputs m per channel, oldest first
+    real **ssm_state;  // n_layer x (Hv, dk, dk): S_h[i][j] at h*dk*dk + j*dk + i (llama.cpp's layout)
+    real *vec;         // (max(E, Hv)) one decoded small vector (ssm_a, dt_bias, shared gate)
+    real *vec2;        // (Hv)
     ref_acts a;
 } ref_backend;
 
@@ -232,6 +252,9 @@ static void acts_free(ref_acts *a) {
     free(a->gate), free(a->up), free(a->act), free(a->moe_logits), free(a->moe_probs);
     free(a->moe_topk), free(a->moe_w), free(a->xs), free(a->ys), free(a->yk), free(a->logits);
     free(a->pos32), free(a->pos), free(a->route_t), free(a->route_j);
+    free(a->qg), free(a->agate), free(a->sh_g), free(a->sh_u), free(a->sh_y), free(a->sh_s);
+    free(a->m), free(a->z), free(a->ba), free(a->beta), free(a->gam), free(a->cq), free(a->ck);
+    free(a->qn), free(a->kn), free(a->cv), free(a->core), free(a->gated);
     memset(a, 0, sizeof *a);
 }
 
@@ -267,6 +290,28 @@ static void acts_ensure(ref_backend *r, int64_t T) {
         a->yk = td_xcalloc(n * K * E, rs);
         a->route_t = td_xcalloc(n, sizeof(int32_t));
         a->route_j = td_xcalloc(n, sizeof(int32_t));
+    }
+    if (hp->arch == TD_ARCH_QWEN3NEXT) {
+        const size_t Fs = hp->n_ff_shexp, Hv = hp->ssm_dt_rank, KD = (size_t)hp->ssm_n_group * hp->ssm_d_state;
+        const size_t VD = hp->ssm_d_inner, C = 2 * KD + VD;
+        a->qg = td_xcalloc(n * 2 * H * D, rs);
+        a->agate = td_xcalloc(n * H * D, rs);
+        a->sh_g = td_xcalloc(n * Fs, rs);
+        a->sh_u = td_xcalloc(n * Fs, rs);
+        a->sh_y = td_xcalloc(n * E, rs);
+        a->sh_s = td_xcalloc(n, rs);
+        a->m = td_xcalloc(n * C, rs);
+        a->z = td_xcalloc(n * VD, rs);
+        a->ba = td_xcalloc(n * 2 * Hv, rs);
+        a->beta = td_xcalloc(n * Hv, rs);
+        a->gam = td_xcalloc(n * Hv, rs);
+        a->cq = td_xcalloc(n * KD, rs);
+        a->ck = td_xcalloc(n * KD, rs);
+        a->qn = td_xcalloc(n * KD, rs);
+        a->kn = td_xcalloc(n * KD, rs);
+        a->cv = td_xcalloc(n * VD, rs);
+        a->core = td_xcalloc(n * VD, rs);
+        a->gated = td_xcalloc(n * VD, rs);
     }
 }
 
@@ -408,6 +453,15 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         if ((rc = matmul(r, a->q, a->xn, L->attn.wqkv, L->attn.bqkv, 0, T, E, H * D, err))) return rc;
         if ((rc = matmul(r, a->k, a->xn, L->attn.wqkv, L->attn.bqkv, H * D, T, E, Hkv * D, err))) return rc;
         if ((rc = matmul(r, a->v, a->xn, L->attn.wqkv, L->attn.bqkv, (H + Hkv) * D, T, E, Hkv * D, err))) return rc;
+    } else if (L->attn.q_gated) { // qwen3next: per head h rows [q_h; gate_h]
+        if ((rc = matmul(r, a->qg, a->xn, L->attn.wq, NULL, 0, T, E, 2 * H * D, err))) return rc;
+        for (int64_t t = 0; t < T; t++)
+            for (int64_t h = 0; h < H; h++) {
+                memcpy(a->q + (t * H + h) * D, a->qg + (t * H + h) * 2 * D, (size_t)D * sizeof(real));
+                memcpy(a->agate + (t * H + h) * D, a->qg + (t * H + h) * 2 * D + D, (size_t)D * sizeof(real));
+            }
+        if ((rc = matmul(r, a->k, a->xn, L->attn.wk, L->attn.bk, 0, T, E, Hkv * D, err))) return rc;
+        if ((rc = matmul(r, a->v, a->xn, L->attn.wv, L->attn.bv, 0, T, E, Hkv * D, err))) return rc;
     } else {
         if ((rc = matmul(r, a->q, a->xn, L->attn.wq, L->attn.bq, 0, T, E, H * D, err))) return rc;
         if ((rc = matmul(r, a->k, a->xn, L->attn.wk, L->attn.bk, 0, T, E, Hkv * D, err))) return rc;
@@ -416,6 +470,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     tap2(sink, l, "attn_q", a->q, T, H * D);
     tap2(sink, l, "attn_k", a->k, T, Hkv * D);
     tap2(sink, l, "attn_v", a->v, T, Hkv * D);
+    if (L->attn.q_gated) tap2(sink, l, "attn_gate", a->agate, T, H * D);
 
     if (L->attn.q_norm) { // qwen3 family: per-head RMSNorm, before RoPE
         if ((rc = rmsnorm_rows(r, a->q, a->q, L->attn.q_norm, T * H, D, err))) return rc;
@@ -455,6 +510,10 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
     }
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
+    if (L->attn.q_gated) { // o = ctx * sigmoid(gate), elementwise over H*D
+        for (int64_t i = 0; i < T * H * D; i++) a->ctx[i] *= 1 / (1 + R_EXP(-a->agate[i]));
+        tap2(sink, l, "attn_gated", a->ctx, T, H * D);
+    }
 
     if ((rc = matmul(r, a->proj, a->ctx, L->attn.wo, L->attn.bo, 0, T, H * D, E, err))) return rc;
     tap2(sink, l, "attn_out", a->proj, T, E);
@@ -531,6 +590,145 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
     return TD_OK;
 }
 
+void FN(l2norm)(real *x, int64_t n, real eps) {
+    real ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += x[i] * x[i];
+    // eps inside the root, added to the SUM of squares (primitives §1.1), not the mean as RMSNorm
+    const real inv = 1 / R_SQRT(ss + eps);
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+void FN(gdn_step)(real *S, real *o, const real *q, const real *k, const real *v, real gamma, real beta, int64_t dk) {
+    // S: (dk [value j], dk [key i]); the decay comes BEFORE the update, o reads the updated state
+    const real decay = R_EXP(gamma), qscale = 1 / R_SQRT((real)dk);
+    for (int64_t i = 0; i < dk * dk; i++) S[i] *= decay;
+    for (int64_t j = 0; j < dk; j++) {
+        real *Sj = S + j * dk;             // S[.][j] over the keys i
+        const real e = dot(Sj, k, dk);     // (S^T k)_j
+        const real delta = beta * (v[j] - e);
+        for (int64_t i = 0; i < dk; i++) Sj[i] += k[i] * delta;
+        o[j] = qscale * dot(Sj, q, dk);
+    }
+}
+
+static real softplus(real z) {
+    return z > 20 ? z : R_LOG(1 + R_EXP(z)); // llama.cpp's threshold: beyond it ln(1+e^z) = z in f32
+}
+
+/* Gated DeltaNet sub-block of layer l (arch-qwen3next.md §4.2): a->x (T, E) ->
+ * a->proj (T, E). The definition: every token runs the conv and the delta
+ * rule in order, prefill and decode alike; the conv and recurrent state carry
+ * over between steps. */
+static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_hparams *hp = &r->hp;
+    const td_gdn_parts *G = &r->m->layers[l].gdn;
+    ref_acts *a = &r->a;
+    const int64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
+    const int64_t KD = Hk * dk, VD = Hv * dk, C = 2 * KD + VD, Kc = hp->ssm_conv, rr = Hv / Hk;
+    const real eps = (real)hp->rms_eps;
+    int rc;
+
+    if ((rc = rmsnorm_rows(r, a->xn, a->x, G->norm, T, E, err))) return rc;
+    tap2(sink, l, "attn_norm", a->xn, T, E);
+    if ((rc = matmul(r, a->m, a->xn, G->wqkv, NULL, 0, T, E, C, err))) return rc;
+    tap2(sink, l, "ssm_qkv", a->m, T, C);
+    if ((rc = matmul(r, a->z, a->xn, G->wgate, NULL, 0, T, E, VD, err))) return rc;
+    tap2(sink, l, "ssm_z", a->z, T, VD);
+    if ((rc = matmul(r, a->ba, a->xn, G->wba, NULL, 0, T, E, 2 * Hv, err))) return rc;
+
+    // gates: beta = sigmoid(b~), gamma = ssm_a * softplus(a~ + dt_bias) <= 0
+    if ((rc = REAL_DECODE_ROW(G->a, 0, r->vec, err))) return rc;
+    if ((rc = REAL_DECODE_ROW(G->dt_bias, 0, r->vec2, err))) return rc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            const int64_t g = h / rr, j = h % rr; // ssm_ba rows: per key head [b~ x r; a~ x r]
+            const real bt = a->ba[t * 2 * Hv + g * 2 * rr + j], at = a->ba[t * 2 * Hv + g * 2 * rr + rr + j];
+            a->beta[t * Hv + h] = 1 / (1 + R_EXP(-bt));
+            a->gam[t * Hv + h] = r->vec[h] * softplus(at + r->vec2[h]);
+        }
+    tap2(sink, l, "ssm_beta", a->beta, T, Hv);
+    tap2(sink, l, "ssm_gate", a->gam, T, Hv);
+
+    // causal depthwise conv (primitives §6): window [state ; m_t], then shift
+    real *cs = r->conv_state[l]; // (C, K-1)
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t ch = 0; ch < C; ch++) {
+            if ((rc = REAL_DECODE_ROW(G->conv, (uint64_t)ch, r->row, err))) return rc; // K taps, oldest first
+            real *st = cs + ch * (Kc - 1);
+            const real u = a->m[t * C + ch];
+            real y = r->row[Kc - 1] * u;
+            for (int64_t k = 0; k < Kc - 1; k++) y += r->row[k] * st[k];
+            for (int64_t k = 0; k + 1 < Kc - 1; k++) st[k] = st[k + 1];
+            if (Kc > 1) st[Kc - 2] = u;
+            y = y / (1 + R_EXP(-y)); // silu
+            if (ch < KD) a->cq[t * KD + ch] = y;
+            else if (ch < 2 * KD) a->ck[t * KD + ch - KD] = y;
+            else a->cv[t * VD + ch - 2 * KD] = y;
+        }
+    tap2(sink, l, "ssm_q", a->cq, T, KD);
+    tap2(sink, l, "ssm_k", a->ck, T, KD);
+    tap2(sink, l, "ssm_v", a->cv, T, VD);
+    tap2(sink, l, "ssm_conv_state", cs, C, Kc - 1);
+
+    // delta rule, token by token (§4.2 step 7), per value head h on key head h/r
+    memcpy(a->qn, a->cq, (size_t)(T * KD) * sizeof(real));
+    memcpy(a->kn, a->ck, (size_t)(T * KD) * sizeof(real));
+    for (int64_t i = 0; i < T * Hk; i++) {
+        FN(l2norm)(a->qn + i * dk, dk, eps);
+        FN(l2norm)(a->kn + i * dk, dk, eps);
+    }
+    real *S = r->ssm_state[l]; // (Hv, dk [value j], dk [key i])
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            const int64_t g = h / rr; // value head h reads key head h / r
+            FN(gdn_step)(S + h * dk * dk, a->core + (t * Hv + h) * dk, a->qn + (t * Hk + g) * dk,
+                         a->kn + (t * Hk + g) * dk, a->cv + (t * Hv + h) * dk, a->gam[t * Hv + h],
+                         a->beta[t * Hv + h], dk);
+        }
+    tap2(sink, l, "ssm_core", a->core, T, VD);
+    {
+        const int64_t shape[3] = {Hv, dk, dk};
+        TD_TAP(sink, l, "ssm_state", REAL_DTYPE, S, 3, shape);
+    }
+
+    // gated RMSNorm per value head: RMSNorm(o_h; ssm_norm) * silu(z_h)
+    if ((rc = REAL_DECODE_ROW(G->ssm_norm, 0, r->normw, err))) return rc;
+    for (int64_t i = 0; i < T * Hv; i++) {
+        FN(rmsnorm)(a->gated + i * dk, a->core + i * dk, r->normw, eps, dk);
+        for (int64_t d = 0; d < dk; d++) {
+            const real zz = a->z[i * dk + d];
+            a->gated[i * dk + d] *= zz / (1 + R_EXP(-zz));
+        }
+    }
+    tap2(sink, l, "ssm_gated", a->gated, T, VD);
+    if ((rc = matmul(r, a->proj, a->gated, G->wout, NULL, 0, T, VD, E, err))) return rc;
+    tap2(sink, l, "ssm_out", a->proj, T, E);
+    return TD_OK;
+}
+
+/* The sigmoid-gated shared expert (arch-qwen3next.md §4.3), added to the MoE
+ * output already in a->proj. */
+static int ffn_shared_expert(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_ffn_parts *f = &r->m->layers[l].ffn;
+    ref_acts *a = &r->a;
+    const int64_t E = r->hp.n_embd, Fs = r->hp.n_ff_shexp;
+    int rc;
+    if ((rc = matmul(r, a->sh_g, a->xn, f->gate_shexp, NULL, 0, T, E, Fs, err))) return rc;
+    if ((rc = matmul(r, a->sh_u, a->xn, f->up_shexp, NULL, 0, T, E, Fs, err))) return rc;
+    FN(swiglu)(a->sh_g, a->sh_g, a->sh_u, T * Fs);
+    if ((rc = matmul(r, a->sh_y, a->sh_g, f->down_shexp, NULL, 0, T, Fs, E, err))) return rc;
+    tap2(sink, l, "ffn_shexp", a->sh_y, T, E);
+    if ((rc = REAL_DECODE_ROW(f->gate_inp_shexp, 0, r->vec, err))) return rc;
+    for (int64_t t = 0; t < T; t++) a->sh_s[t] = 1 / (1 + R_EXP(-dot(r->vec, a->xn + t * E, E)));
+    {
+        const int64_t shape[1] = {T};
+        TD_TAP(sink, l, "ffn_shexp_gate", REAL_DTYPE, a->sh_s, 1, shape);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < E; i++) a->proj[t * E + i] += a->sh_s[t] * a->sh_y[t * E + i];
+    return TD_OK;
+}
+
 static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
     const td_layer *L = &r->m->layers[l];
     ref_acts *a = &r->a;
@@ -540,6 +738,7 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     // the mixer of this block's kind (ref_open refused kinds not in layer_kinds)
     switch (L->kind) {
     case TD_LAYER_ATTENTION: rc = attention_block(r, l, T, sink, err); break;
+    case TD_LAYER_GDN: rc = gdn_block(r, l, T, sink, err); break;
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     if (rc) return rc;
@@ -550,6 +749,7 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     tap2(sink, l, "ffn_norm", a->xn, T, E);
     rc = L->ffn.gate_inp ? ffn_moe(r, l, T, sink, err) : ffn_dense(r, l, T, sink, err);
     if (rc) return rc;
+    if (L->ffn.gate_inp_shexp && (rc = ffn_shared_expert(r, l, T, sink, err))) return rc;
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
     for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
@@ -598,10 +798,22 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
 /* Backend table                                                          */
 /* ===================================================================== */
 
+/* A new sequence: zero GDN conv and recurrent states. */
+static void state_zero(ref_backend *r) {
+    const td_hparams *hp = &r->hp;
+    const size_t KD = (size_t)hp->ssm_n_group * hp->ssm_d_state, C = 2 * KD + hp->ssm_d_inner;
+    for (uint32_t l = 0; r->conv_state && l < hp->n_layer; l++) {
+        if (r->conv_state[l]) memset(r->conv_state[l], 0, C * (hp->ssm_conv - 1) * sizeof(real));
+        if (r->ssm_state[l])
+            memset(r->ssm_state[l], 0, (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state * sizeof(real));
+    }
+}
+
 static void ref_reset(td_backend *b) {
     ref_backend *r = (ref_backend *)b;
     r->n_past = 0;
     td_hist_reset(&r->hist);
+    state_zero(r);
 }
 
 static void ref_close(td_backend *b) {
@@ -610,7 +822,9 @@ static void ref_close(td_backend *b) {
     for (uint32_t l = 0; l < r->hp.n_layer; l++) {
         free(r->k_cache[l]);
         free(r->v_cache[l]);
+        if (r->conv_state) free(r->conv_state[l]), free(r->ssm_state[l]);
     }
+    free(r->conv_state), free(r->ssm_state), free(r->vec), free(r->vec2);
     free(r->k_cache), free(r->v_cache), free(r->att);
     free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin), free(r->k16), free(r->v16);
     acts_free(&r->a);
@@ -641,8 +855,28 @@ static int check_model(const td_model *m, td_err *err) {
     for (uint32_t i = 0; i < hp->n_layer; i++) {
         const td_layer *L = &m->layers[i];
         const int l = (int)i;
-        if ((rc = check_matrix(L->attn.norm, "attn_norm", l, E, 1, err))) return rc;
-        if (L->attn.wqkv) {
+        if (L->kind == TD_LAYER_GDN) {
+            const td_gdn_parts *G = &L->gdn;
+            const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
+            if (Hk < 1 || Hv < 1 || dk < 1 || Hv % Hk || hp->ssm_conv < 1 || hp->ssm_d_inner != Hv * dk)
+                return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d is a GDN layer but the ssm sizes are inconsistent", l);
+            const int64_t KD = Hk * dk, VD = Hv * dk;
+            if ((rc = check_matrix(G->norm, "attn_norm", l, E, 1, err))) return rc;
+            if ((rc = check_matrix(G->wqkv, "attn_qkv", l, E, 2 * KD + VD, err))) return rc;
+            if ((rc = check_matrix(G->wgate, "attn_gate", l, E, VD, err))) return rc;
+            if ((rc = check_matrix(G->wba, "ssm_ba", l, E, 2 * Hv, err))) return rc;
+            if ((rc = check_matrix(G->conv, "ssm_conv1d", l, hp->ssm_conv, 2 * KD + VD, err))) return rc;
+            if ((rc = check_matrix(G->dt_bias, "ssm_dt.bias", l, Hv, 1, err))) return rc;
+            if ((rc = check_matrix(G->a, "ssm_a", l, Hv, 1, err))) return rc;
+            if ((rc = check_matrix(G->ssm_norm, "ssm_norm", l, dk, 1, err))) return rc;
+            if ((rc = check_matrix(G->wout, "ssm_out", l, VD, E, err))) return rc;
+        } else if ((rc = check_matrix(L->attn.norm, "attn_norm", l, E, 1, err))) return rc;
+        if (L->kind == TD_LAYER_GDN) {
+        } else if (L->attn.q_gated) {
+            if ((rc = check_matrix(L->attn.wq, "attn_q", l, E, 2 * H * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wk, "attn_k", l, E, Hkv * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wv, "attn_v", l, E, Hkv * D, err))) return rc;
+        } else if (L->attn.wqkv) {
             if ((rc = check_matrix(L->attn.wqkv, "attn_qkv", l, E, (H + 2 * Hkv) * D, err))) return rc;
             if (L->attn.bqkv && (rc = check_matrix(L->attn.bqkv, "attn_qkv.bias", l, (H + 2 * Hkv) * D, 1, err))) return rc;
         } else {
@@ -653,7 +887,7 @@ static int check_model(const td_model *m, td_err *err) {
             if (L->attn.bk && (rc = check_matrix(L->attn.bk, "attn_k.bias", l, Hkv * D, 1, err))) return rc;
             if (L->attn.bv && (rc = check_matrix(L->attn.bv, "attn_v.bias", l, Hkv * D, 1, err))) return rc;
         }
-        if ((rc = check_matrix(L->attn.wo, "attn_output", l, H * D, E, err))) return rc;
+        if (L->kind != TD_LAYER_GDN && (rc = check_matrix(L->attn.wo, "attn_output", l, H * D, E, err))) return rc;
         if (L->attn.bo && (rc = check_matrix(L->attn.bo, "attn_output.bias", l, E, 1, err))) return rc;
         if (L->attn.q_norm && (rc = check_matrix(L->attn.q_norm, "attn_q_norm", l, D, 1, err))) return rc;
         if (L->attn.k_norm && (rc = check_matrix(L->attn.k_norm, "attn_k_norm", l, D, 1, err))) return rc;
@@ -664,6 +898,13 @@ static int check_model(const td_model *m, td_err *err) {
             if ((rc = check_matrix(L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
             if (L->ffn.gate_exps && (rc = check_matrix(L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
             if ((rc = check_matrix(L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+            if (L->ffn.gate_inp_shexp) {
+                const int64_t Fs = hp->n_ff_shexp;
+                if ((rc = check_matrix(L->ffn.gate_inp_shexp, "ffn_gate_inp_shexp", l, E, 1, err))) return rc;
+                if ((rc = check_matrix(L->ffn.gate_shexp, "ffn_gate_shexp", l, E, Fs, err))) return rc;
+                if ((rc = check_matrix(L->ffn.up_shexp, "ffn_up_shexp", l, E, Fs, err))) return rc;
+                if ((rc = check_matrix(L->ffn.down_shexp, "ffn_down_shexp", l, Fs, E, err))) return rc;
+            }
         } else {
             if ((rc = check_matrix(L->ffn.gate, "ffn_gate", l, E, F, err))) return rc;
             if ((rc = check_matrix(L->ffn.up, "ffn_up", l, E, F, err))) return rc;
@@ -688,7 +929,7 @@ const td_backend_vt FN(backend) = {
     .close = ref_close,
     .version = ref_version,
     .profile_of = ref_profile_of,
-    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN),
     .faults = 0, // the oracle carries no bug on purpose
 };
 
@@ -726,11 +967,23 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
     };
     const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     const int64_t QKV = (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;
-    r->max_in = max3(E, HD, F);
-    r->max_out = max3(E, QKV, F);
+    const int64_t Fs = hp->n_ff_shexp, VD = hp->ssm_d_inner;
+    const int64_t C = 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + VD;
+    r->max_in = max3(max3(E, HD, F), Fs, VD);
+    r->max_in = max3(r->max_in, hp->ssm_conv, 1);
+    r->max_out = max3(max3(E, QKV, F), max3(Fs, C, 2 * HD), 1);
     r->row = td_xcalloc((size_t)r->max_in, sizeof(real));
     r->bias = td_xcalloc((size_t)r->max_out, sizeof(real));
-    r->normw = td_xcalloc((size_t)(E > (int64_t)hp->head_dim ? E : (int64_t)hp->head_dim), sizeof(real));
+    r->normw = td_xcalloc((size_t)max3(E, hp->head_dim, hp->ssm_d_state), sizeof(real));
+    r->vec = td_xcalloc((size_t)max3(E, hp->ssm_dt_rank, 1), sizeof(real));
+    r->vec2 = td_xcalloc((size_t)max3(hp->ssm_dt_rank, 1, 1), sizeof(real));
+    r->conv_state = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
+    r->ssm_state = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (m->layers[l].kind != TD_LAYER_GDN) continue;
+        r->conv_state[l] = td_xcalloc((size_t)C * (hp->ssm_conv - 1) + 1, sizeof(real));
+        r->ssm_state[l] = td_xcalloc((size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state, sizeof(real));
+    }
     r->k_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
     r->v_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
     if (m->rope_freqs) {

@@ -7,34 +7,58 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALL_ARCHS "llama,qwen3,qwen3moe"
-#define QWEN_ARCHS "qwen3,qwen3moe"
+#define ALL_ARCHS "llama,qwen3,qwen3moe,qwen3next"
+#define ATTN_ARCHS "llama,qwen3,qwen3moe,qwen3next" /* qwen3next: in its attention layers only */
+#define QWEN_ARCHS "qwen3,qwen3moe,qwen3next"
 #define DENSE_ARCHS "llama,qwen3"
-#define MOE_ARCHS "qwen3moe"
+#define MOE_ARCHS "qwen3moe,qwen3next"
+#define HYBRID_ARCHS "qwen3next"
 
 /* Letters: T tokens in the step, E embedding, H query heads, Hkv KV heads,
  * D head dim, F FFN width (per expert for MoE), X experts, K experts used,
- * V vocabulary, W history window (16), n_kv cached positions. One row per tap;
+ * V vocabulary, W history window (16), n_kv cached positions; Gated DeltaNet:
+ * Hk key heads, Hv value heads, dk their head dim, C = 2·Hk·dk + Hv·dk conv
+ * channels, S = conv taps − 1 (conv state length). One row per tap;
  * rows of one layer in execution order. */
 static const td_tap_entry catalog[] = {
     {"inp.tokens", TD_TAPC_I32, "T", ALL_ARCHS, "", "token ids this step consumed"},
     {"inp.pos", TD_TAPC_I32, "T", ALL_ARCHS, "", "their positions"},
     {"inp.embd", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "inp.tokens", "embedding rows"},
     {"blk.L.attn_norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "@prev", "RMSNorm(x)·w before attention"},
-    {"blk.L.attn_q", TD_TAPC_FLOAT, "T, H·D", ALL_ARCHS, "attn_norm", "query projection"},
-    {"blk.L.attn_k", TD_TAPC_FLOAT, "T, Hkv·D", ALL_ARCHS, "attn_norm", "key projection"},
-    {"blk.L.attn_v", TD_TAPC_FLOAT, "T, Hkv·D", ALL_ARCHS, "attn_norm", "value projection"},
+    {"blk.L.attn_q", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS, "attn_norm", "query projection"},
+    {"blk.L.attn_k", TD_TAPC_FLOAT, "T, Hkv·D", ATTN_ARCHS, "attn_norm", "key projection"},
+    {"blk.L.attn_v", TD_TAPC_FLOAT, "T, Hkv·D", ATTN_ARCHS, "attn_norm", "value projection"},
+    {"blk.L.attn_gate", TD_TAPC_FLOAT, "T, H·D", HYBRID_ARCHS, "attn_norm",
+     "attention output gate (the second half of each head's attn_q rows), before its sigmoid"},
     {"blk.L.attn_q_norm", TD_TAPC_FLOAT, "T, H·D", QWEN_ARCHS, "attn_q", "per-head RMSNorm of Q"},
     {"blk.L.attn_k_norm", TD_TAPC_FLOAT, "T, Hkv·D", QWEN_ARCHS, "attn_k", "per-head RMSNorm of K"},
-    {"blk.L.attn_q_rope", TD_TAPC_FLOAT, "T, H·D", ALL_ARCHS, "attn_q_norm|attn_q", "Q after RoPE"},
-    {"blk.L.attn_k_rope", TD_TAPC_FLOAT, "T, Hkv·D", ALL_ARCHS, "attn_k_norm|attn_k", "K after RoPE"},
+    {"blk.L.attn_q_rope", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS, "attn_q_norm|attn_q", "Q after RoPE"},
+    {"blk.L.attn_k_rope", TD_TAPC_FLOAT, "T, Hkv·D", ATTN_ARCHS, "attn_k_norm|attn_k", "K after RoPE"},
     {"blk.L.attn_probs", TD_TAPC_FLOAT, "H, T, n_kv", "", "attn_q_rope|attn_q_norm|attn_q, attn_k_rope|attn_k_norm|attn_k",
      "softmax(QKᵀ/√D) (optional, large: llamacpp with TD_LLAMACPP_ALL_NODES=1)"},
-    {"blk.L.attn_ctx", TD_TAPC_FLOAT, "T, H·D", ALL_ARCHS,
+    {"blk.L.attn_ctx", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS,
      "attn_q_rope|attn_q_norm|attn_q, attn_k_rope|attn_k_norm|attn_k, attn_v",
      "softmax(QKᵀ/√D)·V, before the output projection"},
-    {"blk.L.attn_out", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "attn_ctx", "after the output projection"},
-    {"blk.L.ffn_inp", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "attn_out, @prev", "residual after attention"},
+    {"blk.L.attn_gated", TD_TAPC_FLOAT, "T, H·D", HYBRID_ARCHS, "attn_ctx, attn_gate", "attn_ctx·sigmoid(attn_gate)"},
+    {"blk.L.attn_out", TD_TAPC_FLOAT, "T, E", ATTN_ARCHS, "attn_gated|attn_ctx", "after the output projection"},
+    {"blk.L.ssm_qkv", TD_TAPC_FLOAT, "T, C", HYBRID_ARCHS, "attn_norm", "GDN input projection [q; k; v] before the conv"},
+    {"blk.L.ssm_z", TD_TAPC_FLOAT, "T, Hv·dk", HYBRID_ARCHS, "attn_norm", "GDN output gate z"},
+    {"blk.L.ssm_beta", TD_TAPC_FLOAT, "T, Hv", HYBRID_ARCHS, "attn_norm", "GDN write strength sigmoid(b)"},
+    {"blk.L.ssm_gate", TD_TAPC_FLOAT, "T, Hv", HYBRID_ARCHS, "attn_norm",
+     "GDN log-decay ssm_a·softplus(a + dt_bias) (<= 0; the state decays by its exp)"},
+    {"blk.L.ssm_q", TD_TAPC_FLOAT, "T, Hk·dk", HYBRID_ARCHS, "ssm_qkv", "GDN q after the causal conv and silu"},
+    {"blk.L.ssm_k", TD_TAPC_FLOAT, "T, Hk·dk", HYBRID_ARCHS, "ssm_qkv", "GDN k after the causal conv and silu"},
+    {"blk.L.ssm_v", TD_TAPC_FLOAT, "T, Hv·dk", HYBRID_ARCHS, "ssm_qkv", "GDN v after the causal conv and silu"},
+    {"blk.L.ssm_conv_state", TD_TAPC_FLOAT, "C, S", HYBRID_ARCHS, "ssm_qkv",
+     "conv state after the step: the last S inputs per channel, oldest first"},
+    {"blk.L.ssm_core", TD_TAPC_FLOAT, "T, Hv·dk", HYBRID_ARCHS, "ssm_q, ssm_k, ssm_v",
+     "delta-rule output Sᵀq/√dk per value head (L2-normed q, k)"},
+    {"blk.L.ssm_state", TD_TAPC_FLOAT, "Hv, dk, dk", HYBRID_ARCHS, "ssm_q, ssm_k, ssm_v",
+     "recurrent state S after the step, [head][value j][key i] (llama.cpp's layout)"},
+    {"blk.L.ssm_gated", TD_TAPC_FLOAT, "T, Hv·dk", HYBRID_ARCHS, "ssm_core, ssm_z",
+     "RMSNorm(core; ssm_norm)·silu(z) per value head"},
+    {"blk.L.ssm_out", TD_TAPC_FLOAT, "T, E", HYBRID_ARCHS, "ssm_gated", "GDN output projection"},
+    {"blk.L.ffn_inp", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "attn_out|ssm_out, @prev", "residual after attention"},
     {"blk.L.ffn_norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_inp", "RMSNorm before the FFN"},
     {"blk.L.ffn_gate", TD_TAPC_FLOAT, "T, F", DENSE_ARCHS, "ffn_norm", "dense FFN gate projection"},
     {"blk.L.ffn_up", TD_TAPC_FLOAT, "T, F", DENSE_ARCHS, "ffn_norm", "dense FFN up projection"},
@@ -44,12 +68,50 @@ static const td_tap_entry catalog[] = {
     {"blk.L.moe_topk", TD_TAPC_I32, "T, K", MOE_ARCHS, "moe_probs",
      "selected experts in rank order (ties: lower index first)"},
     {"blk.L.moe_weights", TD_TAPC_FLOAT, "T, K", MOE_ARCHS, "moe_probs", "renormalized expert weights"},
-    {"blk.L.ffn_out", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_act|ffn_norm, moe_weights", "FFN or MoE output"},
+    {"blk.L.ffn_shexp", TD_TAPC_FLOAT, "T, E", HYBRID_ARCHS, "ffn_norm", "shared expert's SwiGLU output, before its gate"},
+    {"blk.L.ffn_shexp_gate", TD_TAPC_FLOAT, "T", HYBRID_ARCHS, "ffn_norm", "shared-expert gate sigmoid(w·x), one per token"},
+    {"blk.L.ffn_out", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_act|ffn_norm, moe_weights, ffn_shexp|ffn_norm",
+     "FFN or MoE output (+ the gated shared expert)"},
     {"blk.L.out", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_out, ffn_inp", "layer output (residual after the FFN)"},
     {"out.norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "@last_out", "final norm"},
     {"out.logits", TD_TAPC_FLOAT, "T, V", ALL_ARCHS, "out.norm", "logits"},
     {"hist.tokens", TD_TAPC_I64, "≤W", ALL_ARCHS, "inp.tokens", "the last W token ids consumed, after this step"},
 };
+
+/* The rows a hybrid architecture emits in some of its layers only: by kind. */
+static const struct {
+    const char *name, *kinds;
+} kinds[] = {
+    {"blk.L.attn_q", "attention"},
+    {"blk.L.attn_k", "attention"},
+    {"blk.L.attn_v", "attention"},
+    {"blk.L.attn_gate", "attention"},
+    {"blk.L.attn_q_norm", "attention"},
+    {"blk.L.attn_k_norm", "attention"},
+    {"blk.L.attn_q_rope", "attention"},
+    {"blk.L.attn_k_rope", "attention"},
+    {"blk.L.attn_ctx", "attention"},
+    {"blk.L.attn_gated", "attention"},
+    {"blk.L.attn_out", "attention"},
+    {"blk.L.ssm_qkv", "gdn"},
+    {"blk.L.ssm_z", "gdn"},
+    {"blk.L.ssm_beta", "gdn"},
+    {"blk.L.ssm_gate", "gdn"},
+    {"blk.L.ssm_q", "gdn"},
+    {"blk.L.ssm_k", "gdn"},
+    {"blk.L.ssm_v", "gdn"},
+    {"blk.L.ssm_conv_state", "gdn"},
+    {"blk.L.ssm_core", "gdn"},
+    {"blk.L.ssm_state", "gdn"},
+    {"blk.L.ssm_gated", "gdn"},
+    {"blk.L.ssm_out", "gdn"},
+};
+
+const char *td_tap_catalog_kinds(const td_tap_entry *e) {
+    for (size_t i = 0; i < sizeof kinds / sizeof kinds[0]; i++)
+        if (!strcmp(kinds[i].name, e->name)) return kinds[i].kinds;
+    return NULL;
+}
 
 const td_tap_entry *td_tap_catalog(size_t *n) {
     *n = sizeof catalog / sizeof catalog[0];
@@ -176,6 +238,7 @@ char *td_tap_catalog_markdown(void) {
     put(&buf, &len, &cap, "| tap | dtype | shape | architectures | from | meaning |\n|---|---|---|---|---|---|\n");
     for (size_t i = 0; i < sizeof catalog / sizeof catalog[0]; i++) {
         const td_tap_entry *e = &catalog[i];
+        const char *kinds_of = td_tap_catalog_kinds(e);
         // '|' would end a Markdown cell: alternatives read "a or b"
         char from[256];
         size_t k = 0;
@@ -188,8 +251,9 @@ char *td_tap_catalog_markdown(void) {
             }
         }
         from[k] = '\0';
-        snprintf(line, sizeof line, "| `%s` | %s | [%s] | %s | %s | %s |\n", e->name, td_tap_class_name(e->cls),
-                 e->shape, *e->archs ? e->archs : "(optional)", from, e->meaning);
+        snprintf(line, sizeof line, "| `%s` | %s | [%s] | %s | %s | %s%s%s%s |\n", e->name, td_tap_class_name(e->cls),
+                 e->shape, *e->archs ? e->archs : "(optional)", from, e->meaning, kinds_of ? " (hybrids: in " : "",
+                 kinds_of ? kinds_of : "", kinds_of ? " layers)" : "");
         put(&buf, &len, &cap, line);
     }
     return buf;

@@ -45,6 +45,10 @@
 #define TILE_BYTES (1024 * 1024)
 #define TILE_MIN_ROWS 64
 
+/* Tokens per chunk of the chunked Gated DeltaNet prefill (arch-qwen3next.md
+ * §4.2.1; llama.cpp's and HF's chunk size). */
+#define GDN_CHUNK 64
+
 /* ===================================================================== */
 /* State                                                                  */
 /* ===================================================================== */
@@ -55,7 +59,20 @@ typedef struct cpu_layer {
     float *q_norm, *k_norm;      // (D) or NULL
     float *bq, *bk, *bv;         // (H*D), (Hkv*D), (Hkv*D) or NULL (from bqkv when fused)
     float *bo;                   // (E) or NULL
+    // qwen3next (NULL elsewhere)
+    float *ssm_a, *ssm_dt;       // (Hv) -exp(A_log), dt_bias
+    float *ssm_norm;             // (dk)
+    float *conv;                 // (C, K) conv taps per channel, oldest first
+    float *shexp_gate;           // (E) shared-expert gate vector
 } cpu_layer;
+
+/* The recurrent part of one sequence's state (qwen3next's GDN layers; NULL
+ * for attention layers), beside the KV cache and n_past: what a sequence
+ * copy or rollback has to carry. */
+typedef struct cpu_rstate {
+    float **conv; // n_layer x (C, K-1): the last K-1 inputs m per channel, oldest first
+    float **ssm;  // n_layer x (Hv, dk, dk): S_h[i][j] at h*dk*dk + j*dk + i (llama.cpp's layout)
+} cpu_rstate;
 
 /* One 8-bit activation format of an input (act-q8): the td_cpu_xq8 arrays
  * and x' = d*q for the paths that read floats. */
@@ -101,6 +118,18 @@ typedef struct cpu_acts {
     int64_t *estart, *ecount;   // (X) first grouped row and row count of each expert
     float *rope_c, *rope_s;  // (T, R/2) m*cos, m*sin of each token's angles
     int32_t *pos32;          // (T)
+    // qwen3next (NULL elsewhere)
+    float *qg, *agate;       // (T, 2*H*D) [q; gate] per head; (T, H*D) the gate
+    float *m, *z, *ba;       // (T, C), (T, Hv*dk), (T, 2*Hv)
+    float *beta, *gam;       // (T, Hv)
+    float *cq, *ck, *cv;     // (T, Hk*dk) x2, (T, Hv*dk) after conv + silu
+    float *qn, *kn;          // (T, Hk*dk) L2-normed
+    float *core;             // (T, Hv*dk)
+    cpu_in gated;            // (T, Hv*dk) RMSNorm(core)*silu(z): ssm_out's input
+    float *sh_g, *sh_u;      // (T, F_sh)
+    cpu_in sh_act;           // (T, F_sh) silu(g)*u: ffn_down_shexp's input
+    float *sh_y, *sh_s;      // (T, E), (T)
+    float *ck_buf;           // chunk scratch: see gdn_chunked
 } cpu_acts;
 
 /* One matrix product: y[t][o] (row stride ldy) = x[t] . W[row0 + o] (+ bias[o])
@@ -142,12 +171,14 @@ typedef struct cpu_backend {
     int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
     int logits_last; // td_backend_params.logits_last: untapped forwards compute the last row only
     unsigned fmts_xn, fmts_ctx, fmts_act, fmts_xs; // FMT_* each input needs (its weights' types)
+    unsigned fmts_gated, fmts_shact;               // qwen3next's ssm_out and ffn_down_shexp inputs
     int64_t gemm_min_t;
     int64_t n_ctx;
     cpu_seq seqs[TD_SEQ_MAX];
     cpu_seq *s;                 // the sequence forwards append to
     int64_t att_cap;            // score rows' length: the largest kv_cap of any sequence
     cpu_layer *layers;
+    cpu_rstate rs;              // GDN conv and recurrent state of the sequence
     float *out_norm;            // (E)
     float *rope_ff;             // (R/2) or NULL
     int64_t max_in;
@@ -467,9 +498,14 @@ static double yarn_corr_dim(double beta, const td_hparams *hp) {
 
 /* rope_c/rope_s (T, R/2) = m*cos(theta), m*sin(theta) of each token's
  * angles, in double then rounded once (primitives §2, §2.3) */
+/* R: the rotated dims (all D under rope_partial_all_dims) */
+static int64_t rope_span(const cpu_backend *b) {
+    return b->fault == TD_FAULT_ROPE_PARTIAL_ALL ? (int64_t)b->hp.head_dim : (int64_t)b->hp.rope_dims;
+}
+
 static void rope_tables(cpu_backend *b, int64_t T, int64_t pos0) {
     const td_hparams *hp = &b->hp;
-    const int64_t half = hp->rope_dims / 2;
+    const int64_t half = rope_span(b) / 2;
     const int yarn = hp->rope_scaling == TD_ROPE_SCALING_YARN;
     const double freq_scale = hp->rope_scaling == TD_ROPE_SCALING_NONE ? 1.0 : (double)hp->rope_freq_scale;
     double m = hp->rope_attn_factor, lo = 0, hi = 0;
@@ -482,7 +518,7 @@ static void rope_tables(cpu_backend *b, int64_t T, int64_t pos0) {
         if (hi > (double)(hp->rope_dims - 1)) hi = (double)(hp->rope_dims - 1);
     }
     for (int64_t i = 0; i < half; i++) {
-        const double omega = pow((double)hp->rope_base, -(double)(2 * i) / (double)hp->rope_dims);
+        const double omega = pow((double)hp->rope_base, -(double)(2 * i) / (double)rope_span(b));
         double mix = 0;
         if (yarn) {
             const double span = hi - lo < 0.001 ? 0.001 : hi - lo;
@@ -504,7 +540,7 @@ static void rope_tables(cpu_backend *b, int64_t T, int64_t pos0) {
 /* rotates x (T, n_heads*D) in place with the tables */
 static void rope_apply(cpu_backend *b, float *x, int64_t T, int64_t n_heads) {
     const td_hparams *hp = &b->hp;
-    const int64_t D = hp->head_dim, half = hp->rope_dims / 2;
+    const int64_t D = hp->head_dim, half = rope_span(b) / 2;
     const int norm = (hp->rope_type == TD_ROPE_NORM) ^ (b->fault == TD_FAULT_ROPE_PAIRING);
     for (int64_t t = 0; t < T; t++) {
         const float *c = b->a.rope_c + t * half, *s = b->a.rope_s + t * half;
@@ -581,15 +617,25 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
         seg_add(b, &n, L->attn.wqkv, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
         seg_add(b, &n, L->attn.wqkv, HD, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
         seg_add(b, &n, L->attn.wqkv, HD + KD, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
+    } else if (L->attn.q_gated) { // qwen3next: per head [q; gate]
+        seg_add(b, &n, L->attn.wq, 0, 2 * HD, &a->xn, 0, T, a->qg, 2 * HD, NULL, 1);
+        seg_add(b, &n, L->attn.wk, 0, KD, &a->xn, 0, T, a->k, KD, NULL, 1);
+        seg_add(b, &n, L->attn.wv, 0, KD, &a->xn, 0, T, a->v, KD, NULL, 1);
     } else {
         seg_add(b, &n, L->attn.wq, 0, HD, &a->xn, 0, T, a->q, HD, CL->bq, 1);
         seg_add(b, &n, L->attn.wk, 0, KD, &a->xn, 0, T, a->k, KD, CL->bk, 1);
         seg_add(b, &n, L->attn.wv, 0, KD, &a->xn, 0, T, a->v, KD, CL->bv, 1);
     }
     mm_run(b, n);
+    if (L->attn.q_gated)
+        for (int64_t th = 0; th < T * H; th++) {
+            memcpy(a->q + th * D, a->qg + th * 2 * D, (size_t)D * sizeof(float));
+            memcpy(a->agate + th * D, a->qg + th * 2 * D + D, (size_t)D * sizeof(float));
+        }
     tap2(sink, l, "attn_q", a->q, T, HD);
     tap2(sink, l, "attn_k", a->k, T, KD);
     tap2(sink, l, "attn_v", a->v, T, KD);
+    if (L->attn.q_gated) tap2(sink, l, "attn_gate", a->agate, T, HD);
 
     if (CL->q_norm) { // qwen3 family: per-head RMSNorm before RoPE
         par_rmsnorm(b, a->q, a->q, CL->q_norm, T * H, D);
@@ -612,6 +658,10 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     attn_job aj = {b, l, T, kv0};
     td_cpu_pool_run(b->pool, T * H, attn_task, &aj);
     tap2(sink, l, "attn_ctx", a->ctx.x, T, HD);
+    if (L->attn.q_gated) {
+        for (int64_t i = 0; i < T * HD; i++) a->ctx.x[i] *= 1.0f / (1.0f + expf(-a->agate[i]));
+        tap2(sink, l, "attn_gated", a->ctx.x, T, HD);
+    }
 
     in_prepare(b, &a->ctx, 0, T);
     matmul(b, a->proj, &a->ctx, L->attn.wo, 0, E, T, CL->bo);
@@ -706,6 +756,214 @@ static void ffn_moe(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
         }
 }
 
+/* ===================================================================== */
+/* Gated DeltaNet (arch-qwen3next.md §4.2)                                */
+/* ===================================================================== */
+
+static float dotf(const float *a, const float *b, int64_t n) {
+    double s = 0; // the state's dot products are short: double keeps them far below the matmuls' error
+    for (int64_t i = 0; i < n; i++) s += (double)a[i] * b[i];
+    return (float)s;
+}
+
+static void l2norm_f32(float *x, int64_t n, float eps, int eps_outside) {
+    double ss = 0;
+    for (int64_t i = 0; i < n; i++) ss += (double)x[i] * x[i];
+    // eps inside the root, on the sum (primitives §1.1); gdn_l2_eps_outside adds it to the inverse
+    const float inv = (float)(eps_outside ? 1.0 / sqrt(ss) + (double)eps : 1.0 / sqrt(ss + (double)eps));
+    for (int64_t i = 0; i < n; i++) x[i] *= inv;
+}
+
+/* Decode: the delta rule token by token for value head h (the definition). */
+static void gdn_sequential(cpu_backend *b, float *S, int64_t h, int64_t T) {
+    const td_hparams *hp = &b->hp;
+    cpu_acts *a = &b->a;
+    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, g = h / (Hv / Hk);
+    const float qscale = (float)(1.0 / sqrt((double)dk));
+    for (int64_t t = 0; t < T; t++) {
+        const float *q = a->qn + (t * Hk + g) * dk, *k = a->kn + (t * Hk + g) * dk, *v = a->cv + (t * Hv + h) * dk;
+        const float decay = expf(a->gam[t * Hv + h]), beta = a->beta[t * Hv + h];
+        float *o = a->core + (t * Hv + h) * dk;
+        if (b->fault == TD_FAULT_GDN_DECAY_AFTER) { // the bug: update the undecayed state, then decay
+            for (int64_t j = 0; j < dk; j++) {
+                float *Sj = S + j * dk;
+                const float delta = beta * (v[j] - dotf(Sj, k, dk));
+                for (int64_t i = 0; i < dk; i++) Sj[i] += k[i] * delta;
+            }
+            for (int64_t i = 0; i < dk * dk; i++) S[i] *= decay;
+            for (int64_t j = 0; j < dk; j++) o[j] = qscale * dotf(S + j * dk, q, dk);
+            continue;
+        }
+        for (int64_t i = 0; i < dk * dk; i++) S[i] *= decay;
+        for (int64_t j = 0; j < dk; j++) {
+            float *Sj = S + j * dk;
+            const float delta = beta * (v[j] - dotf(Sj, k, dk));
+            for (int64_t i = 0; i < dk; i++) Sj[i] += k[i] * delta;
+            o[j] = qscale * dotf(Sj, q, dk);
+        }
+    }
+}
+
+/* Prefill: the chunked form (§4.2.1) for value head h, chunks of GDN_CHUNK
+ * tokens. Within a chunk (local index tau, state S entering it):
+ *   Gamma = cumsum(gamma); A[t][s] = beta_t (k_t.k_s) e^{Gamma_t - Gamma_s} (s < t);
+ *   U = (I + A)^-1 beta v and W = (I + A)^-1 beta e^Gamma k by forward substitution;
+ *   V' = U - S^T W; O_t = e^{Gamma_t} S^T q_t + sum_{s<=t} (q_t.k_s) e^{Gamma_t - Gamma_s} V'_s;
+ *   S <- e^{Gamma_last} S + sum_s e^{Gamma_last - Gamma_s} k_s V'_s^T. */
+static void gdn_chunked(cpu_backend *b, float *S, int64_t h, int64_t T) {
+    const td_hparams *hp = &b->hp;
+    cpu_acts *a = &b->a;
+    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, g = h / (Hv / Hk);
+    const float qscale = (float)(1.0 / sqrt((double)dk));
+    float *A = a->ck_buf, *U = A + GDN_CHUNK * GDN_CHUNK, *W = U + GDN_CHUNK * dk, *Vp = W + GDN_CHUNK * dk;
+    float *G = Vp + GDN_CHUNK * dk;
+    double carried = 0; // gdn_chunk_boundary: the log-decay sum a chunk wrongly starts from
+    for (int64_t c0 = 0; c0 < T; c0 += GDN_CHUNK) {
+        const int64_t L = T - c0 < GDN_CHUNK ? T - c0 : GDN_CHUNK;
+#define KK(s) (a->kn + ((c0 + (s)) * Hk + g) * dk)
+#define QQ(s) (a->qn + ((c0 + (s)) * Hk + g) * dk)
+#define VV(s) (a->cv + ((c0 + (s)) * Hv + h) * dk)
+        double acc = b->fault == TD_FAULT_GDN_CHUNK ? carried : 0;
+        for (int64_t t = 0; t < L; t++) G[t] = (float)(acc += a->gam[(c0 + t) * Hv + h]);
+        carried = acc;
+        for (int64_t t = 0; t < L; t++) {
+            const float bt = a->beta[(c0 + t) * Hv + h], et = expf(G[t]);
+            for (int64_t s2 = 0; s2 < t; s2++) A[t * GDN_CHUNK + s2] = bt * dotf(KK(t), KK(s2), dk) * expf(G[t] - G[s2]);
+            for (int64_t i = 0; i < dk; i++) {
+                double u = (double)bt * VV(t)[i], w = (double)bt * et * KK(t)[i];
+                for (int64_t s2 = 0; s2 < t; s2++) {
+                    u -= (double)A[t * GDN_CHUNK + s2] * U[s2 * dk + i];
+                    w -= (double)A[t * GDN_CHUNK + s2] * W[s2 * dk + i];
+                }
+                U[t * dk + i] = (float)u, W[t * dk + i] = (float)w;
+            }
+            for (int64_t j = 0; j < dk; j++) Vp[t * dk + j] = U[t * dk + j] - dotf(S + j * dk, W + t * dk, dk);
+        }
+        for (int64_t t = 0; t < L; t++) {
+            float *o = a->core + ((c0 + t) * Hv + h) * dk;
+            const float et = expf(G[t]);
+            for (int64_t j = 0; j < dk; j++) o[j] = et * qscale * dotf(S + j * dk, QQ(t), dk);
+            for (int64_t s2 = 0; s2 <= t; s2++) {
+                const float p = qscale * dotf(QQ(t), KK(s2), dk) * expf(G[t] - G[s2]);
+                for (int64_t j = 0; j < dk; j++) o[j] += p * Vp[s2 * dk + j];
+            }
+        }
+        const float eL = expf(G[L - 1]);
+        for (int64_t i = 0; i < dk * dk; i++) S[i] *= eL;
+        for (int64_t s2 = 0; s2 < L; s2++) {
+            const float w = expf(G[L - 1] - G[s2]);
+            for (int64_t j = 0; j < dk; j++) {
+                const float vj = w * Vp[s2 * dk + j];
+                for (int64_t i = 0; i < dk; i++) S[j * dk + i] += KK(s2)[i] * vj;
+            }
+        }
+#undef KK
+#undef QQ
+#undef VV
+    }
+}
+
+/* a->x (T, E) -> a->proj (T, E) = the GDN block of layer l */
+static void gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
+    const td_hparams *hp = &b->hp;
+    const td_gdn_parts *Gp = &b->m->layers[l].gdn;
+    const cpu_layer *CL = &b->layers[l];
+    cpu_acts *a = &b->a;
+    const int64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
+    const int64_t KDk = Hk * dk, VD = Hv * dk, C = 2 * KDk + VD, Kc = hp->ssm_conv, rr = Hv / Hk;
+
+    par_rmsnorm(b, a->xn.x, a->x, CL->attn_norm, T, E);
+    tap2(sink, l, "attn_norm", a->xn.x, T, E);
+    in_prepare(b, &a->xn, 0, T);
+    int n = 0;
+    seg_add(b, &n, Gp->wqkv, 0, C, &a->xn, 0, T, a->m, C, NULL, 1);
+    seg_add(b, &n, Gp->wgate, 0, VD, &a->xn, 0, T, a->z, VD, NULL, 1);
+    seg_add(b, &n, Gp->wba, 0, 2 * Hv, &a->xn, 0, T, a->ba, 2 * Hv, NULL, 1);
+    mm_run(b, n);
+    tap2(sink, l, "ssm_qkv", a->m, T, C);
+    tap2(sink, l, "ssm_z", a->z, T, VD);
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t h = 0; h < Hv; h++) {
+            const int64_t g = h / rr, j = h % rr;
+            const float bt = a->ba[t * 2 * Hv + g * 2 * rr + j], at = a->ba[t * 2 * Hv + g * 2 * rr + rr + j];
+            const float z = at + CL->ssm_dt[h];
+            a->beta[t * Hv + h] = 1.0f / (1.0f + expf(-bt));
+            a->gam[t * Hv + h] = CL->ssm_a[h] * (z > 20 ? z : log1pf(expf(z)));
+        }
+    tap2(sink, l, "ssm_beta", a->beta, T, Hv);
+    tap2(sink, l, "ssm_gate", a->gam, T, Hv);
+
+    float *cs = b->rs.conv[l];
+    for (int64_t ch = 0; ch < C; ch++) {
+        const float *w = CL->conv + ch * Kc;
+        float *st = cs + ch * (Kc - 1);
+        for (int64_t t = 0; t < T; t++) {
+            const float u = a->m[t * C + ch];
+            float y = w[Kc - 1] * u;
+            for (int64_t k = 0; k < Kc - 1; k++) y += w[k] * st[k];
+            if (!(b->fault == TD_FAULT_CONV_SHIFT && T == 1))
+                for (int64_t k = 0; k + 1 < Kc - 1; k++) st[k] = st[k + 1];
+            if (Kc > 1) st[Kc - 2] = u;
+            y = silu(y);
+            if (ch < KDk) a->cq[t * KDk + ch] = y;
+            else if (ch < 2 * KDk) a->ck[t * KDk + ch - KDk] = y;
+            else a->cv[t * VD + ch - 2 * KDk] = y;
+        }
+    }
+    tap2(sink, l, "ssm_q", a->cq, T, KDk);
+    tap2(sink, l, "ssm_k", a->ck, T, KDk);
+    tap2(sink, l, "ssm_v", a->cv, T, VD);
+    tap2(sink, l, "ssm_conv_state", cs, C, Kc - 1);
+
+    memcpy(a->qn, a->cq, (size_t)(T * KDk) * sizeof(float));
+    memcpy(a->kn, a->ck, (size_t)(T * KDk) * sizeof(float));
+    for (int64_t i = 0; i < T * Hk; i++) {
+        l2norm_f32(a->qn + i * dk, dk, hp->rms_eps, b->fault == TD_FAULT_GDN_L2_EPS);
+        l2norm_f32(a->kn + i * dk, dk, hp->rms_eps, b->fault == TD_FAULT_GDN_L2_EPS);
+    }
+    float *S = b->rs.ssm[l];
+    for (int64_t h = 0; h < Hv; h++) {
+        if (T > 1 && b->fault != TD_FAULT_GDN_DECAY_AFTER) gdn_chunked(b, S + h * dk * dk, h, T);
+        else gdn_sequential(b, S + h * dk * dk, h, T);
+    }
+    tap2(sink, l, "ssm_core", a->core, T, VD);
+    {
+        const int64_t shape[3] = {Hv, dk, dk};
+        TD_TAP(sink, l, "ssm_state", TD_DT_F32, S, 3, shape);
+    }
+    rmsnorm_rows(a->gated.x, a->core, CL->ssm_norm, hp->rms_eps, T * Hv, dk);
+    for (int64_t i = 0; i < T * VD; i++) a->gated.x[i] *= silu(a->z[i]);
+    tap2(sink, l, "ssm_gated", a->gated.x, T, VD);
+    in_prepare(b, &a->gated, 0, T);
+    matmul(b, a->proj, &a->gated, Gp->wout, 0, E, T, NULL);
+    tap2(sink, l, "ssm_out", a->proj, T, E);
+}
+
+/* the sigmoid-gated shared expert, added to the MoE output in a->proj */
+static void ffn_shared_expert(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
+    const td_ffn_parts *f = &b->m->layers[l].ffn;
+    cpu_acts *a = &b->a;
+    const int64_t E = b->hp.n_embd, Fs = b->hp.n_ff_shexp;
+    int n = 0;
+    seg_add(b, &n, f->gate_shexp, 0, Fs, &a->xn, 0, T, a->sh_g, Fs, NULL, 1);
+    seg_add(b, &n, f->up_shexp, 0, Fs, &a->xn, 0, T, a->sh_u, Fs, NULL, 1);
+    mm_run(b, n);
+    par_act(b, a->sh_act.x, a->sh_g, a->sh_u, T, Fs);
+    in_prepare(b, &a->sh_act, 0, T);
+    matmul(b, a->sh_y, &a->sh_act, f->down_shexp, 0, E, T, NULL);
+    tap2(sink, l, "ffn_shexp", a->sh_y, T, E);
+    for (int64_t t = 0; t < T; t++) {
+        const float z = dotf(b->layers[l].shexp_gate, a->xn.x + t * E, E);
+        a->sh_s[t] = b->fault == TD_FAULT_SHEXP_NO_SIGMOID ? z : 1.0f / (1.0f + expf(-z));
+    }
+    {
+        const int64_t shape[1] = {T};
+        TD_TAP(sink, l, "ffn_shexp_gate", TD_DT_F32, a->sh_s, 1, shape);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t i = 0; i < E; i++) a->proj[t * E + i] += a->sh_s[t] * a->sh_y[t * E + i];
+}
+
 static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap_sink *sink) {
     const td_layer *L = &b->m->layers[l];
     cpu_acts *a = &b->a;
@@ -714,6 +972,7 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     // the mixer of this block's kind (open refused kinds not listed in layer_kinds)
     switch (L->kind) {
     case TD_LAYER_ATTENTION: attention_block(b, l, T, pos0, sink); break;
+    case TD_LAYER_GDN: gdn_block(b, l, T, sink); break;
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     if (b->fault == TD_FAULT_RESIDUAL_SKIP &&
@@ -728,6 +987,7 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     in_prepare(b, &a->xn, 0, T);
     if (L->ffn.gate_inp) ffn_moe(b, l, T, sink); // the router is bound: a MoE FFN
     else ffn_dense(b, l, T, sink);
+    if (L->ffn.gate_inp_shexp) ffn_shared_expert(b, l, T, sink);
     tap2(sink, l, "ffn_out", a->proj, T, E);
 
     for (int64_t i = 0; i < T * E; i++) a->x[i] += a->proj[i];
@@ -741,6 +1001,10 @@ static void acts_free(cpu_acts *a) {
     free(a->moe_logits), free(a->moe_probs), free(a->moe_topk), free(a->moe_w);
     free(a->ys), free(a->route_t), free(a->route_j), free(a->rope_c), free(a->rope_s);
     free(a->pos32), free(a->estart), free(a->ecount);
+    free(a->qg), free(a->agate), free(a->m), free(a->z), free(a->ba), free(a->beta), free(a->gam);
+    free(a->cq), free(a->ck), free(a->cv), free(a->qn), free(a->kn), free(a->core), free(a->ck_buf);
+    in_free(&a->gated), in_free(&a->sh_act);
+    free(a->sh_g), free(a->sh_u), free(a->sh_y), free(a->sh_s);
     memset(a, 0, sizeof *a);
 }
 
@@ -765,8 +1029,8 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
     a->up = td_xcalloc(rows * F, fs);
     in_alloc(&a->act, rows, F, b->fmts_act);
     a->logits = td_xcalloc(n * V, fs);
-    a->rope_c = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
-    a->rope_s = td_xcalloc(n * (hp->rope_dims / 2) + 1, fs);
+    a->rope_c = td_xcalloc(n * (hp->head_dim / 2) + 1, fs); // D/2 >= R/2: rope_partial_all_dims rotates all D
+    a->rope_s = td_xcalloc(n * (hp->head_dim / 2) + 1, fs);
     a->pos32 = td_xcalloc(n, sizeof(int32_t));
     if (X) {
         a->moe_logits = td_xcalloc(n * X, fs);
@@ -779,6 +1043,31 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
         a->route_j = td_xcalloc(rows, sizeof(int32_t));
         a->estart = td_xcalloc(X, sizeof(int64_t));
         a->ecount = td_xcalloc(X, sizeof(int64_t));
+    }
+    if (hp->arch == TD_ARCH_QWEN3NEXT) {
+        const size_t KDk = (size_t)hp->ssm_n_group * hp->ssm_d_state, VD = hp->ssm_d_inner, C = 2 * KDk + VD;
+        const size_t Hv = hp->ssm_dt_rank, Fs = hp->n_ff_shexp, dk = hp->ssm_d_state;
+        a->qg = td_xcalloc(n * 2 * HD, fs);
+        a->agate = td_xcalloc(n * HD, fs);
+        a->m = td_xcalloc(n * C, fs);
+        a->z = td_xcalloc(n * VD, fs);
+        a->ba = td_xcalloc(n * 2 * Hv, fs);
+        a->beta = td_xcalloc(n * Hv, fs);
+        a->gam = td_xcalloc(n * Hv, fs);
+        a->cq = td_xcalloc(n * KDk, fs);
+        a->ck = td_xcalloc(n * KDk, fs);
+        a->cv = td_xcalloc(n * VD, fs);
+        a->qn = td_xcalloc(n * KDk, fs);
+        a->kn = td_xcalloc(n * KDk, fs);
+        a->core = td_xcalloc(n * VD, fs);
+        in_alloc(&a->gated, n, VD, b->fmts_gated);
+        a->sh_g = td_xcalloc(n * Fs, fs);
+        a->sh_u = td_xcalloc(n * Fs, fs);
+        in_alloc(&a->sh_act, n, Fs, b->fmts_shact);
+        a->sh_y = td_xcalloc(n * E, fs);
+        a->sh_s = td_xcalloc(n, fs);
+        // chunk scratch: A (L, L), U and W (L, dk), Gamma (L)
+        a->ck_buf = td_xcalloc((size_t)(GDN_CHUNK * GDN_CHUNK + 3 * GDN_CHUNK * dk + GDN_CHUNK), fs);
     }
 }
 
@@ -852,6 +1141,17 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
 /* Open / close                                                           */
 /* ===================================================================== */
 
+/* A new sequence: zero every GDN layer's conv and recurrent state. */
+static void rstate_zero(cpu_backend *b) {
+    const td_hparams *hp = &b->hp;
+    const size_t KDk = (size_t)hp->ssm_n_group * hp->ssm_d_state, C = 2 * KDk + hp->ssm_d_inner;
+    for (uint32_t l = 0; b->rs.conv && l < hp->n_layer; l++) {
+        if (b->rs.conv[l]) memset(b->rs.conv[l], 0, C * (hp->ssm_conv - 1) * sizeof(float));
+        if (b->rs.ssm[l])
+            memset(b->rs.ssm[l], 0, (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state * sizeof(float));
+    }
+}
+
 static void cpu_reset(td_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     for (int i = 0; i < TD_SEQ_MAX; i++) {
@@ -860,6 +1160,17 @@ static void cpu_reset(td_backend *base) {
     }
     b->s = &b->seqs[0];
     b->n_fwd = 0;
+    rstate_zero(b);
+}
+
+/* The recurrent (GDN) state is one per backend and keeps no per-position
+ * history, so a rollback or a copy cannot be honoured on such a model: the
+ * operation is refused (skip), never applied to the KV cache alone. */
+static int seq_recurrent(const cpu_backend *b, td_err *err) {
+    for (uint32_t l = 0; b->rs.conv && l < b->hp.n_layer; l++)
+        if (b->rs.conv[l])
+            return td_err_set(err, TD_SKIP, NAME ": state operations on recurrent (GDN) layers are not implemented");
+    return TD_OK;
 }
 
 static int seq_check(int seq, td_err *err) {
@@ -871,6 +1182,7 @@ static int seq_check(int seq, td_err *err) {
 static int cpu_seq_use(td_backend *base, int seq, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
     int rc = seq_check(seq, err);
+    if (!rc) rc = seq_recurrent(b, err);
     if (!rc) b->s = &b->seqs[seq];
     return rc;
 }
@@ -878,6 +1190,7 @@ static int cpu_seq_use(td_backend *base, int seq, td_err *err) {
 static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
     int rc = seq_check(seq, err);
+    if (!rc) rc = seq_recurrent(b, err);
     if (rc) return rc;
     if (p0 < 0) return td_err_set(err, TD_EINPUT, NAME ": rollback to position %lld", (long long)p0);
     cpu_seq *s = &b->seqs[seq];
@@ -894,6 +1207,7 @@ static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
 static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
     int rc = seq_check(src, err);
+    if (!rc) rc = seq_recurrent(b, err);
     if (!rc) rc = seq_check(dst, err);
     if (rc || src == dst) return rc;
     cpu_seq *s = &b->seqs[src], *d = &b->seqs[dst];
@@ -918,6 +1232,7 @@ static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
 static void free_layer(cpu_layer *l) {
     free(l->attn_norm), free(l->ffn_norm), free(l->q_norm), free(l->k_norm);
     free(l->bq), free(l->bk), free(l->bv), free(l->bo);
+    free(l->ssm_a), free(l->ssm_dt), free(l->ssm_norm), free(l->conv), free(l->shexp_gate);
 }
 
 static void cpu_close(td_backend *base) {
@@ -930,6 +1245,8 @@ static void cpu_close(td_backend *base) {
         free(s->k_cache), free(s->v_cache);
     }
     for (uint32_t l = 0; b->layers && l < b->hp.n_layer; l++) free_layer(&b->layers[l]);
+    for (uint32_t l = 0; b->rs.conv && l < b->hp.n_layer; l++) free(b->rs.conv[l]), free(b->rs.ssm[l]);
+    free(b->rs.conv), free(b->rs.ssm);
     for (int t = 0; t < b->n_threads; t++) {
         if (b->tile) free(b->tile[t]);
         if (b->rowbuf) free(b->rowbuf[t]);
@@ -994,13 +1311,43 @@ static int load_model(cpu_backend *b, td_err *err) {
         const td_layer *L = &m->layers[i];
         cpu_layer *C = &b->layers[i];
         const int l = (int)i;
-        if ((rc = load_vec(k, &C->attn_norm, L->attn.norm, "attn_norm", l, 0, E, err))) return rc;
+        if ((rc = load_vec(k, &C->attn_norm, L->kind == TD_LAYER_GDN ? L->gdn.norm : L->attn.norm, "attn_norm", l, 0,
+                           E, err)))
+            return rc;
         if ((rc = load_vec(k, &C->ffn_norm, L->ffn.norm, "ffn_norm", l, 0, E, err))) return rc;
         if (!C->attn_norm || !C->ffn_norm)
             return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks %s", l, C->attn_norm ? "ffn_norm" : "attn_norm");
         if ((rc = load_vec(k, &C->q_norm, L->attn.q_norm, "attn_q_norm", l, 0, D, err))) return rc;
         if ((rc = load_vec(k, &C->k_norm, L->attn.k_norm, "attn_k_norm", l, 0, D, err))) return rc;
-        if (L->attn.wqkv) {
+        if (L->ffn.gate_inp_shexp) {
+            const int64_t Fs = hp->n_ff_shexp;
+            if ((rc = load_vec(k, &C->shexp_gate, L->ffn.gate_inp_shexp, "ffn_gate_inp_shexp", l, 0, E, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.gate_shexp, "ffn_gate_shexp", l, E, Fs, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.up_shexp, "ffn_up_shexp", l, E, Fs, err))) return rc;
+            if ((rc = check_matrix(k, L->ffn.down_shexp, "ffn_down_shexp", l, Fs, E, err))) return rc;
+        }
+        if (L->kind == TD_LAYER_GDN) {
+            const td_gdn_parts *G = &L->gdn;
+            const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, Kc = hp->ssm_conv;
+            const int64_t VD = Hv * dk, Cc = 2 * Hk * dk + VD;
+            if (Hk < 1 || Hv % Hk || hp->ssm_d_inner != VD || Kc < 1)
+                return td_err_set(err, TD_EINPUT, NAME ": layer %d is a GDN layer with inconsistent ssm sizes", l);
+            if ((rc = check_matrix(k, G->wqkv, "attn_qkv", l, E, Cc, err))) return rc;
+            if ((rc = check_matrix(k, G->wgate, "attn_gate", l, E, VD, err))) return rc;
+            if ((rc = check_matrix(k, G->wba, "ssm_ba", l, E, 2 * Hv, err))) return rc;
+            if ((rc = check_matrix(k, G->wout, "ssm_out", l, VD, E, err))) return rc;
+            if ((rc = check_matrix(k, G->conv, "ssm_conv1d", l, Kc, Cc, err))) return rc;
+            if ((rc = load_vec(k, &C->ssm_a, G->a, "ssm_a", l, 0, Hv, err))) return rc;
+            if ((rc = load_vec(k, &C->ssm_dt, G->dt_bias, "ssm_dt.bias", l, 0, Hv, err))) return rc;
+            if ((rc = load_vec(k, &C->ssm_norm, G->ssm_norm, "ssm_norm", l, 0, dk, err))) return rc;
+            C->conv = td_xmalloc((size_t)(Cc * Kc) * sizeof(float));
+            for (int64_t ch = 0; ch < Cc; ch++)
+                k->type[G->conv->type].to_f32(G->conv->type, td_tensor_row(G->conv, (uint64_t)ch), C->conv + ch * Kc, Kc);
+        } else if (L->attn.q_gated) {
+            if ((rc = check_matrix(k, L->attn.wq, "attn_q", l, E, 2 * HD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wk, "attn_k", l, E, KD, err))) return rc;
+            if ((rc = check_matrix(k, L->attn.wv, "attn_v", l, E, KD, err))) return rc;
+        } else if (L->attn.wqkv) {
             if ((rc = check_matrix(k, L->attn.wqkv, "attn_qkv", l, E, HD + 2 * KD, err))) return rc;
             if ((rc = load_vec(k, &C->bq, L->attn.bqkv, "attn_qkv.bias", l, 0, HD, err))) return rc;
             if ((rc = load_vec(k, &C->bk, L->attn.bqkv, "attn_qkv.bias", l, HD, KD, err))) return rc;
@@ -1013,7 +1360,7 @@ static int load_model(cpu_backend *b, td_err *err) {
             if ((rc = load_vec(k, &C->bk, L->attn.bk, "attn_k.bias", l, 0, KD, err))) return rc;
             if ((rc = load_vec(k, &C->bv, L->attn.bv, "attn_v.bias", l, 0, KD, err))) return rc;
         }
-        if ((rc = check_matrix(k, L->attn.wo, "attn_output", l, HD, E, err))) return rc;
+        if (L->kind != TD_LAYER_GDN && (rc = check_matrix(k, L->attn.wo, "attn_output", l, HD, E, err))) return rc;
         if ((rc = load_vec(k, &C->bo, L->attn.bo, "attn_output.bias", l, 0, E, err))) return rc;
         if (L->ffn.gate_inp) {
             if (X < 1) return td_err_set(err, TD_EINPUT, NAME ": layer %d has a router but expert_count is 0", l);
@@ -1044,6 +1391,10 @@ static void plan_formats(cpu_backend *b) {
         b->fmts_ctx |= FMT(L->attn.wo);
         b->fmts_act |= FMT(L->ffn.down) | FMT(L->ffn.down_exps);
         b->fmts_xs |= FMT(L->ffn.up_exps) | FMT(L->ffn.gate_exps);
+        b->fmts_xn |= FMT(L->gdn.wqkv) | FMT(L->gdn.wgate) | FMT(L->gdn.wba) | FMT(L->ffn.gate_shexp) |
+                      FMT(L->ffn.up_shexp);
+        b->fmts_gated |= FMT(L->gdn.wout);
+        b->fmts_shact |= FMT(L->ffn.down_shexp);
     }
 #undef FMT
 }
@@ -1058,7 +1409,7 @@ const td_backend_vt td_cpu_backend = {
     .reset = cpu_reset,
     .close = cpu_close,
     .version = cpu_version,
-    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN),
     .faults = TD_FAULT_BIT(TD_FAULT_ROPE_PAIRING) | TD_FAULT_BIT(TD_FAULT_STALE_TOKEN) |
               TD_FAULT_BIT(TD_FAULT_RMSNORM_EPS) | TD_FAULT_BIT(TD_FAULT_ROUTER_TIEBREAK) |
               TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
@@ -1066,7 +1417,10 @@ const td_backend_vt td_cpu_backend = {
               TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT) |
               TD_FAULT_BIT(TD_FAULT_ROLLBACK_STALE_KV) | TD_FAULT_BIT(TD_FAULT_SEQ_COPY_SHORT) |
               TD_FAULT_BIT(TD_FAULT_THREAD_RACE) | TD_FAULT_BIT(TD_FAULT_SIMD_TAIL) |
-              TD_FAULT_BIT(TD_FAULT_ODDBLOCK_Q8_0),
+              TD_FAULT_BIT(TD_FAULT_ODDBLOCK_Q8_0) |
+              TD_FAULT_BIT(TD_FAULT_GDN_L2_EPS) | TD_FAULT_BIT(TD_FAULT_GDN_CHUNK) | TD_FAULT_BIT(TD_FAULT_CONV_SHIFT) |
+              TD_FAULT_BIT(TD_FAULT_GDN_DECAY_AFTER) | TD_FAULT_BIT(TD_FAULT_SHEXP_NO_SIGMOID) |
+              TD_FAULT_BIT(TD_FAULT_ROPE_PARTIAL_ALL),
     .seq_rm = cpu_seq_rm,
     .seq_cp = cpu_seq_cp,
     .seq_use = cpu_seq_use,
@@ -1128,6 +1482,8 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     b->max_in = E > HD ? E : HD;
     if (F > b->max_in) b->max_in = F;
+    if ((int64_t)hp->n_ff_shexp > b->max_in) b->max_in = hp->n_ff_shexp;
+    if ((int64_t)hp->ssm_d_inner > b->max_in) b->max_in = hp->ssm_d_inner;
     // tile_rows(n) * n <= TILE_BYTES/4 floats, except the row minimum for n > TILE_BYTES/(4*TILE_MIN_ROWS)
     b->tile_cap = TILE_BYTES / 4 > TILE_MIN_ROWS * b->max_in ? TILE_BYTES / 4 : TILE_MIN_ROWS * b->max_in;
     b->tile = td_xcalloc((size_t)b->n_threads, sizeof(float *));
@@ -1143,6 +1499,14 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     if (b->max_segs < 8) b->max_segs = 8;
     b->segs = td_xcalloc((size_t)b->max_segs, sizeof *b->segs);
     b->s = &b->seqs[0];
+    b->rs.conv = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
+    b->rs.ssm = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
+    for (uint32_t l = 0; l < hp->n_layer; l++) {
+        if (m->layers[l].kind != TD_LAYER_GDN) continue;
+        const size_t C = 2 * (size_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+        b->rs.conv[l] = td_xcalloc(C * (hp->ssm_conv - 1) + 1, sizeof(float));
+        b->rs.ssm[l] = td_xcalloc((size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state, sizeof(float));
+    }
 
     snprintf(b->version, sizeof b->version,
              "tapdiff " TD_VERSION " (" TD_GIT_REV ") cpu: profile %s, f32 KV cache, kernels %s, %d threads, "

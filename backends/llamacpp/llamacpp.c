@@ -316,7 +316,7 @@ static int gpu_ready(lc_kind k, td_err *err) {
 /* ===================================================================== */
 
 /* Width W of a canonical [T, W] tap, from the model's hyper-parameters. */
-typedef enum width_kind { W_E, W_Q, W_KV, W_F, W_X, W_K, W_V } width_kind;
+typedef enum width_kind { W_E, W_Q, W_KV, W_F, W_X, W_K, W_V, W_C, W_KD, W_VD, W_HV } width_kind;
 
 #define MAX_OPS 2
 typedef struct node_rule {
@@ -361,12 +361,76 @@ static const node_rule rules[] = {
     {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
 };
 
+/* qwen3next (arch-qwen3next.md §4, llamacpp-peer.md): its own names; the
+ * attention-family names it shares mean other things there (ffn_gate-L is
+ * the shared expert's, gate-L is the GDN decay or the attention gate). */
+static const node_rule rules_qwen3next[] = {
+    {"model.embed_tokens", 0, {GGML_OP_GET_ROWS, GGML_OP_GET_ROWS}, "inp.embd", W_E, TD_DT_F32},
+    {"attn_norm", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_norm", W_E, TD_DT_F32},
+    // GDN blocks (attn_qkv's product, beta, the conv state and the recurrence: special cases in classify)
+    {"z", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ssm_z", W_VD, TD_DT_F32},
+    {"gate", 1, {GGML_OP_MUL, GGML_OP_MUL}, "ssm_gate", W_HV, TD_DT_F32},
+    {"q_conv", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "ssm_q", W_KD, TD_DT_F32},
+    {"k_conv", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "ssm_k", W_KD, TD_DT_F32},
+    {"v_conv_predelta", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "ssm_v", W_VD, TD_DT_F32}, // v_conv renamed in place
+    {"final_output", 1, {GGML_OP_RESHAPE, GGML_OP_RESHAPE}, "ssm_gated", W_VD, TD_DT_F32},
+    {"linear_attn_out", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ssm_out", W_E, TD_DT_F32},
+    // gated attention blocks: Qcur_full holds [q; gate] per head, both read as views
+    {"Qcur_view", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "attn_q", W_Q, TD_DT_F32},
+    {"Kcur", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "attn_k", W_KV, TD_DT_F32},
+    {"Vcur", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "attn_v", W_KV, TD_DT_F32},
+    {"gate", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "attn_gate", W_Q, TD_DT_F32},
+    {"Qcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_q_norm", W_Q, TD_DT_F32},
+    {"Kcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_k_norm", W_KV, TD_DT_F32},
+    {"Qcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_q_rope", W_Q, TD_DT_F32},
+    {"Kcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_k_rope", W_KV, TD_DT_F32},
+    {"attn_pregate", 1, {GGML_OP_CONT, GGML_OP_RESHAPE}, "attn_ctx", W_Q, TD_DT_F32},
+    {"attn_gated", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_gated", W_Q, TD_DT_F32},
+    {"attn_output", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "attn_out", W_E, TD_DT_F32},
+    // every block: residual, post-attention norm, MoE, gated shared expert
+    {"attn_residual", 1, {GGML_OP_ADD, GGML_OP_ADD}, "ffn_inp", W_E, TD_DT_F32},
+    {"attn_post_norm", 1, {GGML_OP_MUL, GGML_OP_MUL}, "ffn_norm", W_E, TD_DT_F32},
+    {"ffn_moe_logits", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "moe_logits", W_X, TD_DT_F32},
+    {"ffn_moe_probs", 1, {GGML_OP_SOFT_MAX, GGML_OP_SOFT_MAX}, "moe_probs", W_X, TD_DT_F32},
+    {"ffn_moe_topk", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "moe_topk", W_K, TD_DT_I32},
+    {"ffn_moe_weights_norm", 1, {GGML_OP_DIV, GGML_OP_DIV}, "moe_weights", W_K, TD_DT_F32},
+    {"ffn_shexp", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ffn_shexp", W_E, TD_DT_F32},
+    {"ffn_out", 1, {GGML_OP_ADD, GGML_OP_ADD}, "ffn_out", W_E, TD_DT_F32},
+    {"l_out", 1, {GGML_OP_ADD, GGML_OP_ADD}, "out", W_E, TD_DT_F32},
+    // the final norm is h_nextn; result_norm is the row selection after it
+    {"h_nextn", 0, {GGML_OP_MUL, GGML_OP_MUL}, "out.norm", W_E, TD_DT_F32},
+    {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
+};
+
+/* qwen3next nodes read beyond a plain [T, W] copy */
+typedef enum lc_special {
+    SP_NONE = 0,
+    SP_GDN = 1,        /* GATED_DELTA_NET: [output (T, Hv*dv) ; new state (Hv, dv, dk)] -> ssm_core, ssm_state */
+    SP_CONV_STATE = 2, /* conv_input (CONCAT [state ; m], ne (K-1+T, C)): its last K-1 columns -> ssm_conv_state */
+    SP_FLAT = 3,       /* one value per token -> [T] */
+} lc_special;
+
+/* taps of the qwen3next nodes classify recognises by op and operands */
+static const char *const special_taps_qwen3next[] = {"ssm_qkv", "ssm_beta", "ffn_shexp_gate", "ssm_conv_state",
+                                                     "ssm_core", "ssm_state"};
+
 const char *td_llamacpp_mapped_tap(size_t i, char *buf, size_t cap) {
-    // the rules, then the unnamed output projection recognised by its weight
-    size_t n = sizeof rules / sizeof rules[0];
-    if (i > n) return NULL;
-    const char *tap = i < n ? rules[i].tap : "attn_out";
-    snprintf(buf, cap, "%s%s", (i == n || rules[i].layered) ? "blk.L." : "", tap);
+    // the rules, the unnamed output projection recognised by its weight, then
+    // qwen3next's rules and its special nodes
+    const size_t n = sizeof rules / sizeof rules[0], nq = sizeof rules_qwen3next / sizeof rules_qwen3next[0];
+    const size_t ns = sizeof special_taps_qwen3next / sizeof special_taps_qwen3next[0];
+    if (i < n) {
+        snprintf(buf, cap, "%s%s", rules[i].layered ? "blk.L." : "", rules[i].tap);
+    } else if (i == n) {
+        snprintf(buf, cap, "blk.L.attn_out");
+    } else if (i < n + 1 + nq) {
+        const node_rule *r = &rules_qwen3next[i - n - 1];
+        snprintf(buf, cap, "%s%s", r->layered ? "blk.L." : "", r->tap);
+    } else if (i < n + 1 + nq + ns) {
+        snprintf(buf, cap, "blk.L.%s", special_taps_qwen3next[i - n - 1 - nq]);
+    } else {
+        return NULL;
+    }
     return buf;
 }
 
@@ -430,6 +494,9 @@ typedef struct lc_obs {
     int64_t want_width;  /* canonical: W of [T, W]; 0 = shape from the node */
     td_dtype want_dtype;
     int want_attn;       /* ne[0] spans the KV cells: slice to n_kv */
+    int want_special;    /* lc_special */
+    float *spare;        /* qwen3next: the state part of a GATED_DELTA_NET node */
+    size_t spare_cap;
 
     lc_tap held, cur;    /* held: the last canonical tap, not yet emitted */
     int have_held;
@@ -640,8 +707,16 @@ static int64_t width_of(const td_hparams *hp, width_kind w) {
     case W_X: return hp->n_expert;
     case W_K: return hp->n_expert_used;
     case W_V: return hp->n_vocab;
+    case W_C: return 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+    case W_KD: return (int64_t)hp->ssm_n_group * hp->ssm_d_state;
+    case W_VD: return hp->ssm_d_inner;
+    case W_HV: return hp->ssm_dt_rank;
     }
     return 0;
+}
+
+static int is_sigmoid(const struct ggml_tensor *t) {
+    return t->op == GGML_OP_UNARY && ggml_get_unary_op(t) == GGML_UNARY_OP_SIGMOID;
 }
 
 /* ask=true: decides whether node t is observed, and as what. */
@@ -649,8 +724,11 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     char base[GGML_MAX_NAME];
     const int layer = split_layer(t->name, base);
     const node_rule *hit = NULL;
-    for (size_t i = 0; i < sizeof rules / sizeof rules[0] && !hit; i++) {
-        const node_rule *r = &rules[i];
+    const int q3n = o->hp->arch == TD_ARCH_QWEN3NEXT;
+    const node_rule *tab = q3n ? rules_qwen3next : rules;
+    const size_t n_tab = q3n ? sizeof rules_qwen3next / sizeof rules_qwen3next[0] : sizeof rules / sizeof rules[0];
+    for (size_t i = 0; i < n_tab && !hit; i++) {
+        const node_rule *r = &tab[i];
         if ((r->layered != 0) != (layer >= 0) || strcmp(r->node, base)) continue;
         for (int j = 0; j < MAX_OPS; j++)
             if (t->op == r->ops[j]) hit = r;
@@ -659,9 +737,27 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     const char *tap = hit ? hit->tap : NULL;
     width_kind wk = hit ? hit->width : W_E;
     td_dtype dt = hit ? hit->dtype : TD_DT_F32;
+    o->want_special = SP_NONE;
+    if (!hit && q3n) {
+        // unnamed or renamed qwen3next nodes, recognised by op and operands
+        int wl = -1, used = 0;
+        const char *s0 = t->src[0] ? t->src[0]->name : "";
+        if (t->op == GGML_OP_MUL_MAT && sscanf(s0, "blk.%d.attn_qkv.weight%n", &wl, &used) == 1 && used > 0 &&
+            !s0[used] && wl >= 0) {
+            tap = "ssm_qkv", tap_layer = wl, wk = W_C;
+        } else if (is_sigmoid(t) && sscanf(s0, "b-%d", &wl) == 1 && wl >= 0) {
+            tap = "ssm_beta", tap_layer = wl, wk = W_HV; // sigmoid(cont(b-L))
+        } else if (is_sigmoid(t) && layer >= 0 && !strcmp(base, "shared_expert_gate_sigmoid")) {
+            tap = "ffn_shexp_gate", o->want_special = SP_FLAT, wk = W_E;
+        } else if (t->op == GGML_OP_CONCAT && layer >= 0 && !strcmp(base, "conv_input")) {
+            tap = "ssm_conv_state", o->want_special = SP_CONV_STATE;
+        } else if (t->op == GGML_OP_GATED_DELTA_NET && split_layer(s0, base) >= 0) {
+            tap = "ssm_core", tap_layer = split_layer(s0, base), o->want_special = SP_GDN;
+        }
+    }
     // qwen3's output projection is unnamed: recognised by its weight
     int wl = -1, used = 0;
-    if (!hit && t->op == GGML_OP_MUL_MAT && t->src[0] &&
+    if (!hit && !q3n && t->op == GGML_OP_MUL_MAT && t->src[0] &&
         sscanf(t->src[0]->name, "blk.%d.attn_output.weight%n", &wl, &used) == 1 && used > 0 &&
         !t->src[0]->name[used] && wl >= 0) {
         tap = "attn_out", tap_layer = wl, wk = W_E;
@@ -673,7 +769,7 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
             snprintf(o->want_name, sizeof o->want_name, "blk.%d.%s", tap_layer, tap);
         else
             snprintf(o->want_name, sizeof o->want_name, "%s", tap);
-        o->want_width = width_of(o->hp, wk);
+        o->want_width = o->want_special ? 0 : width_of(o->hp, wk);
         o->want_dtype = dt;
         return 1;
     }
@@ -692,6 +788,51 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     o->want_width = 0;
     o->want_dtype = t->type == GGML_TYPE_I32 ? TD_DT_I32 : TD_DT_F32;
     return 1;
+}
+
+/* qwen3next's special nodes (lc_special), already converted into cur. */
+static int observe_special(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
+    const td_hparams *hp = o->hp;
+    lc_tap *c = &o->cur;
+    float *v = c->data;
+    const int64_t T = o->T, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, VD = hp->ssm_d_inner;
+    if (o->want_special == SP_FLAT) {
+        if (n != T)
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' holds %lld values, expected one per token (%lld)",
+                            t->name, (long long)n, (long long)T);
+        c->ndim = 1, c->shape[0] = T;
+        return take_canonical(o, t);
+    }
+    if (o->want_special == SP_CONV_STATE) {
+        const int64_t K1 = hp->ssm_conv - 1, C = 2 * (int64_t)hp->ssm_n_group * dk + VD, w = t->ne[0];
+        if (t->ne[1] != C || w != K1 + T || n != w * C)
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' is not [state ; m] of (%lld, %lld) values",
+                            t->name, (long long)(K1 + T), (long long)C);
+        for (int64_t ch = 0; ch < C; ch++) // the last K-1 inputs of each channel, oldest first
+            memmove(v + ch * K1, v + ch * w + T, (size_t)K1 * sizeof(float));
+        c->ndim = 2, c->shape[0] = C, c->shape[1] = K1;
+        return take_canonical(o, t);
+    }
+    // SP_GDN: output first (T, Hv, dv), then the state (Hv, dv, dk) with key index fastest
+    const int64_t n_out = T * VD, n_state = Hv * dk * dk;
+    if (n != n_out + n_state)
+        return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' holds %lld values, expected %lld outputs + %lld state",
+                        t->name, (long long)n, (long long)n_out, (long long)n_state);
+    o->spare = grow(o->spare, &o->spare_cap, (size_t)n_state * sizeof(float));
+    memcpy(o->spare, v + n_out, (size_t)n_state * sizeof(float));
+    char core[TD_TAP_NAME_MAX];
+    memcpy(core, c->name, sizeof core);
+    c->ndim = 2, c->shape[0] = T, c->shape[1] = VD;
+    int rc = take_canonical(o, t);
+    if (rc) return rc;
+    c = &o->cur; // take_canonical swapped the buffers
+    const char *dot = strrchr(core, '.');
+    snprintf(c->name, sizeof c->name, "%.*s.ssm_state", (int)(dot - core), core);
+    c->dtype = TD_DT_F32;
+    c->data = grow(c->data, &c->cap, (size_t)n_state * sizeof(float));
+    memcpy(c->data, o->spare, (size_t)n_state * sizeof(float));
+    c->ndim = 3, c->shape[0] = Hv, c->shape[1] = dk, c->shape[2] = dk;
+    return take_canonical(o, t);
 }
 
 /* ask=false: reads the node accepted by classify. */
@@ -740,6 +881,7 @@ static int observe(lc_obs *o, const struct ggml_tensor *t) {
     c->data = grow(c->data, &c->cap, (size_t)(n ? n : 1) * 4);
     int rc = convert(o, t, ne0_used, o->want_dtype == TD_DT_I32, c->data);
     if (rc) return rc;
+    if (o->want_special) return observe_special(o, t, n);
     if (o->kind == WANT_CANON) return take_canonical(o, t);
     {
         flush_held(o); // keep execution order
@@ -781,6 +923,7 @@ static void lc_close(td_backend *b) {
     free(s->obs.cur.data);
     free(s->obs.raw);
     free(s->obs.row);
+    free(s->obs.spare);
     free(s->obs.emitted);
     free(s->obs.counts);
     free(s);
@@ -1159,7 +1302,7 @@ const td_backend_vt td_llamacpp_backend = {
     .profile = "act-q8",
     .profile_of = lc_profile_of,
     .probe = lc_probe,
-    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION), // the node mapping knows attention blocks only
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN), // GDN: qwen3next's rules below
     .seq_rm = lc_seq_rm,
     .seq_cp = lc_seq_cp,
     .seq_use = lc_seq_use,

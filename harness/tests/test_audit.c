@@ -493,3 +493,26 @@ Test(audit, report_dir_json_and_self_contained_html) {
     cr_assert_not_null(strstr(html, title), "no exact-tie bar of height %lld", (long long)ro.n_even);
     free(html);
 }
+
+/* qwen3next: every block (Gated DeltaNet and attention alike) has a routed
+ * MoE beside its shared expert; the audit finds all four routers. */
+Test(audit, covers_every_qwen3next_router) {
+    td_err e;
+    cr_assert_eq(td_fixture_write("qwen3next-f32", tmp, model, sizeof model, &e), 0, "%s", e.msg);
+    run_out ro;
+    run_ref("ref", in_tmp("n.h5"), &ro);
+    td_audit_result *r = NULL;
+    cr_assert_eq(td_audit(in_tmp("n.h5"), NULL, NULL, &r, &e), 0, "%s", e.msg);
+    cr_assert_eq(r->n_arms, 1);
+    cr_assert_eq(r->arms[0].n_layers, 4, "qwen3next-f32 has 4 MoE blocks (3 GDN, 1 attention), found %d",
+                 (int)r->arms[0].n_layers);
+    for (int l = 0; l < 4; l++) {
+        const td_audit_layer *L = &r->arms[0].layers[l];
+        cr_expect_eq(L->layer, l);
+        cr_expect(L->X == 8 && L->K == 2, "block %d: X %d K %d", l, (int)L->X, (int)L->K);
+        cr_expect_eq(L->n_tokens, ro.n_tokens, "block %d", l);
+        cr_expect_eq(L->n_not_topk, 0, "block %d: the reference's picks are its top-k", l);
+    }
+    cr_expect_eq(r->verdict, TD_OK, "%s", r->reason);
+    td_audit_result_free(r);
+}

@@ -316,6 +316,56 @@ static const cfg QWEN3 = {"qwen3", 32, 4, 2, 48, 2, 16, 1, 0, 0, 0, 0, 0, 0, 0};
 static const cfg QWEN3MOE = {"qwen3moe", 32, 4, 2, 24, 2, 8, 0, 4, 2, 1, 0, 0, 0, 0};
 /* Mixtral-style llama MoE without gate experts */
 static const cfg LLAMA_MOE = {"llama", 32, 4, 2, 48, 2, 8, 0, 4, 2, 0, 0, 0, 0, 0};
+/* qwen3next's attention keys and MoE; build_qwen3next turns block 0 into a GDN block */
+static const cfg QWEN3NEXT = {"qwen3next", 32, 4, 2, 24, 2, 8, 0, 4, 2, 1, 0, 0, 0, 0};
+
+/* qwen3next (arch-qwen3next.md §1, §3), written by hand from the spec: 2
+ * blocks, full_attention_interval 2 (block 0 GDN, block 1 gated attention),
+ * R = 4 < D = 8, GDN H_k = 1, H_v = 2, d_k = 8 (C = 32), K = 4 conv taps,
+ * F = 24, F_sh = 16; every block has a shared expert. */
+static mb *build_qwen3next(void) {
+    mb *m = build(&QWEN3NEXT);
+    mb_u32(m, "qwen3next.expert_feed_forward_length", 24);
+    mb_u32(m, "qwen3next.expert_shared_feed_forward_length", 16);
+    mb_u32(m, "qwen3next.rope.dimension_count", 4);
+    mb_u32(m, "qwen3next.ssm.conv_kernel", 4);
+    mb_u32(m, "qwen3next.ssm.state_size", 8);
+    mb_u32(m, "qwen3next.ssm.group_count", 1);
+    mb_u32(m, "qwen3next.ssm.time_step_rank", 2);
+    mb_u32(m, "qwen3next.ssm.inner_size", 16);
+    mb_u32(m, "qwen3next.full_attention_interval", 2);
+    static const char *const attn[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight",
+                                       "attn_q_norm.weight", "attn_k_norm.weight"};
+    char t[64];
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) {
+        snprintf(t, sizeof t, "blk.0.%s", attn[i]);
+        mb_tdel(m, t);
+    }
+    mb_tensor(m, "blk.0.attn_qkv.weight", 0, 2, 32, 32, 0);
+    mb_tensor(m, "blk.0.attn_gate.weight", 0, 2, 32, 16, 0);
+    mb_tensor(m, "blk.0.ssm_ba.weight", 0, 2, 32, 4, 0);
+    mb_tensor(m, "blk.0.ssm_conv1d.weight", 0, 2, 4, 32, 0);
+    mb_tensor(m, "blk.0.ssm_dt.bias", 0, 1, 2, 0, 0);
+    mb_tensor(m, "blk.0.ssm_a", 0, 1, 2, 0, 0);
+    mb_tensor(m, "blk.0.ssm_norm.weight", 0, 1, 8, 0, 0);
+    mb_tensor(m, "blk.0.ssm_out.weight", 0, 2, 16, 32, 0);
+    mb_tensor(m, "blk.1.attn_q.weight", 0, 2, 32, 64, 0); /* [q; gate] per head */
+    for (int l = 0; l < 2; l++) {
+        snprintf(t, sizeof t, "blk.%d.ffn_norm.weight", l);
+        mb_tdel(m, t);
+        snprintf(t, sizeof t, "blk.%d.post_attention_norm.weight", l);
+        mb_tensor(m, t, 0, 1, 32, 0, 0);
+        snprintf(t, sizeof t, "blk.%d.ffn_gate_inp_shexp.weight", l);
+        mb_tensor(m, t, 0, 1, 32, 0, 0);
+        snprintf(t, sizeof t, "blk.%d.ffn_gate_shexp.weight", l);
+        mb_tensor(m, t, 0, 2, 32, 16, 0);
+        snprintf(t, sizeof t, "blk.%d.ffn_up_shexp.weight", l);
+        mb_tensor(m, t, 0, 2, 32, 16, 0);
+        snprintf(t, sizeof t, "blk.%d.ffn_down_shexp.weight", l);
+        mb_tensor(m, t, 0, 2, 16, 32, 0);
+    }
+    return m;
+}
 
 /* ------------------------------------------------------------------------ */
 /* Files and processes                                                        */
@@ -755,6 +805,57 @@ Test(model, qwen3moe_binds_with_fallback_F) {
     unlink(path);
 }
 
+Test(model, qwen3next_binds_gdn_and_gated_attention_blocks) {
+    char path[64];
+    td_model *m = open_built(build_qwen3next(), path, sizeof path);
+    const td_hparams *hp = &m->hp;
+    cr_expect_eq(hp->arch, TD_ARCH_QWEN3NEXT);
+    cr_expect_eq(hp->rope_type, TD_ROPE_NEOX);
+    cr_expect_eq(hp->n_layer, 2);
+    cr_expect_eq(hp->rope_dims, 4); /* partial: R < D = 8 */
+    cr_expect_eq(hp->head_dim, 8);
+    cr_expect_eq(hp->n_ff, 24);
+    cr_expect_eq(hp->n_ff_shexp, 16);
+    cr_expect(hp->ssm_conv == 4 && hp->ssm_d_state == 8 && hp->ssm_n_group == 1 && hp->ssm_dt_rank == 2 &&
+              hp->ssm_d_inner == 16);
+    cr_expect_eq(m->layers[0].kind, TD_LAYER_GDN);
+    cr_expect_eq(m->layers[1].kind, TD_LAYER_ATTENTION);
+    const td_gdn_parts *g = &m->layers[0].gdn;
+    cr_expect(g->norm && g->wqkv && g->wgate && g->wba && g->conv && g->dt_bias && g->a && g->ssm_norm && g->wout);
+    cr_expect_eq(g->conv->ne[0], 4);
+    cr_expect_null(m->layers[0].attn.wq);
+    cr_expect(m->layers[1].attn.q_gated && m->layers[1].attn.wq->ne[1] == 64);
+    for (int l = 0; l < 2; l++) {
+        const td_ffn_parts *f = &m->layers[l].ffn;
+        cr_expect(f->norm && f->gate_inp && f->gate_exps && f->gate_inp_shexp && f->gate_shexp && f->up_shexp &&
+                  f->down_shexp, "block %d", l);
+    }
+    td_model_close(m);
+    unlink(path);
+}
+
+Test(model, qwen3next_recurrent_layers_and_mtp_blocks) {
+    /* recurrent_layers wins over full_attention_interval (which here would
+     * make every block attention); a trailing MTP block is not in the trunk */
+    mb *b = build_qwen3next();
+    mb_u32(b, "qwen3next.full_attention_interval", 1); /* would make every block attention */
+    mb_u32(b, "qwen3next.block_count", 3);
+    mb_u32(b, "qwen3next.nextn_predict_layers", 1);
+    uint8_t flags[4] = {1, 0, 0, 0};
+    buf *arr = mb_set(b, "qwen3next.attention.recurrent_layers", G_ARR);
+    b_le(arr, G_BOOL, 4);
+    b_le(arr, 3, 8);
+    b_put(arr, flags, 3);
+    char path[64];
+    td_model *m = open_built(b, path, sizeof path);
+    cr_expect_eq(m->hp.n_layer, 2);
+    cr_expect_eq(m->hp.n_nextn, 1);
+    cr_expect_eq(m->layers[0].kind, TD_LAYER_GDN);
+    cr_expect_eq(m->layers[1].kind, TD_LAYER_ATTENTION);
+    td_model_close(m);
+    unlink(path);
+}
+
 Test(model, llama_moe_binds_without_gate_experts) {
     char path[64];
     td_model *m = open_built(build(&LLAMA_MOE), path, sizeof path);
@@ -820,7 +921,7 @@ ParameterizedTest(int *ix, arch_table, binds_attention_layers_per_spec) {
 }
 
 Test(arch_table, every_descriptor_is_complete_and_found_by_name) {
-    cr_assert_eq(td_arch_count(), 3, "llama, qwen3, qwen3moe (arch-*.md); a new one comes with its tests");
+    cr_assert_eq(td_arch_count(), 4, "llama, qwen3, qwen3moe, qwen3next (arch-*.md); a new one comes with its tests");
     for (size_t i = 0; i < td_arch_count(); i++) {
         const td_arch_desc *d = td_arch_at(i);
         cr_assert_not_null(d);
@@ -833,8 +934,9 @@ Test(arch_table, every_descriptor_is_complete_and_found_by_name) {
     cr_expect_null(td_arch_find(NULL));
     char names[128];
     td_arch_names(names, sizeof names, ", ");
-    cr_expect_str_eq(names, "llama, qwen3, qwen3moe");
+    cr_expect_str_eq(names, "llama, qwen3, qwen3moe, qwen3next");
     cr_expect_str_eq(td_layer_kind_name(TD_LAYER_ATTENTION), "attention");
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_GDN), "gdn");
     cr_expect_str_eq(td_layer_kind_name(TD_LAYER_KIND_COUNT), "unknown");
 }
 
@@ -925,7 +1027,7 @@ Test(model, inspect_long_tensor_list) {
 /* ------------------------------------------------------------------------ */
 /* Invalid variants                                                           */
 
-typedef enum base_kind { B_LLAMA, B_QWEN3, B_QWEN3MOE } base_kind;
+typedef enum base_kind { B_LLAMA, B_QWEN3, B_QWEN3MOE, B_QWEN3NEXT } base_kind;
 
 typedef struct bad_case {
     const char *name;
@@ -986,6 +1088,30 @@ static void mut_scores_type(mb *m) {
 static void mut_gpt2_no_merges(mb *m) { mb_str(m, "tokenizer.ggml.model", "gpt2"); }
 static void mut_blocks_absurd(mb *m) { mb_u32(m, "llama.block_count", 4000000000u); }
 static void mut_ffn_bias(mb *m) { mb_tensor(m, "blk.0.ffn_up.bias", 0, 1, 48, 0, 0); }
+static void mut_q3n_state_zero(mb *m) { mb_u32(m, "qwen3next.ssm.state_size", 0); }
+static void mut_q3n_groups(mb *m) {
+    mb_u32(m, "qwen3next.ssm.group_count", 2);
+    mb_u32(m, "qwen3next.ssm.time_step_rank", 3);
+}
+static void mut_q3n_inner(mb *m) { mb_u32(m, "qwen3next.ssm.inner_size", 24); }
+static void mut_q3n_nextn(mb *m) { mb_u32(m, "qwen3next.nextn_predict_layers", 2); }
+static void mut_q3n_flags_len(mb *m) {
+    int32_t f[3] = {1, 0, 1};
+    mb_arr4(m, "qwen3next.attention.recurrent_layers", G_I32, 3, f);
+}
+static void mut_q3n_flag_mtp(mb *m) {
+    mb_u32(m, "qwen3next.block_count", 3);
+    mb_u32(m, "qwen3next.nextn_predict_layers", 1);
+    int32_t f[3] = {1, 0, 1};
+    mb_arr4(m, "qwen3next.attention.recurrent_layers", G_I32, 3, f);
+}
+static void mut_q3n_interval(mb *m) { mb_u32(m, "qwen3next.full_attention_interval", 0); }
+static void mut_q3n_fsh(mb *m) { mb_u32(m, "qwen3next.expert_shared_feed_forward_length", 0); }
+static void mut_q3n_ssm_in(mb *m) { mb_tensor(m, "blk.0.ssm_in.weight", 0, 2, 32, 48, 0); }
+static void mut_q3n_conv_shape(mb *m) { mb_tensor(m, "blk.0.ssm_conv1d.weight", 0, 2, 3, 32, 0); }
+static void mut_q3n_q_ungated(mb *m) { mb_tensor(m, "blk.1.attn_q.weight", 0, 2, 32, 32, 0); }
+static void mut_q3n_no_shexp(mb *m) { mb_tdel(m, "blk.1.ffn_gate_inp_shexp.weight"); }
+static void mut_q3n_rope_gt_d(mb *m) { mb_u32(m, "qwen3next.rope.dimension_count", 10); }
 static void mut_fused_and_separate(mb *m) { mb_tensor(m, "blk.1.attn_qkv.weight", 0, 2, 32, 64, 0); }
 
 /* expected substrings are the rule as the spec states it, with the numbers of
@@ -1011,7 +1137,7 @@ static const bad_case bad_cases[] = {
     {"X = 0", B_QWEN3MOE, mut_x_zero, "expected X > 0"},
     {"dense llama with K", B_LLAMA, mut_dense_with_k, "'llama.expert_used_count': expected 0 for a dense model"},
     {"unsupported arch", B_LLAMA, mut_unsupported_arch,
-     "unsupported architecture 'gpt9' (supported: llama, qwen3, qwen3moe)"},
+     "unsupported architecture 'gpt9' (supported: llama, qwen3, qwen3moe, qwen3next)"},
     {"missing tensor", B_LLAMA, mut_missing_tensor, "required tensor blk.1.ffn_up.weight is missing"},
     {"missing k_norm", B_QWEN3, mut_missing_qnorm, "required tensor blk.0.attn_k_norm.weight is missing"},
     {"wrong shape", B_LLAMA, mut_wrong_shape, "tensor blk.1.attn_k.weight: expected shape {32, 16}, found {32, 24}"},
@@ -1035,6 +1161,25 @@ static const bad_case bad_cases[] = {
     {"absurd block count", B_LLAMA, mut_blocks_absurd, "'llama.block_count' = 4000000000"},
     {"ffn bias", B_LLAMA, mut_ffn_bias, "tensor blk.0.ffn_up.bias: expected absent"},
     {"fused and separate qkv", B_LLAMA, mut_fused_and_separate, "tensor blk.1.attn_q.weight: expected absent"},
+    {"qwen3next d_k = 0", B_QWEN3NEXT, mut_q3n_state_zero, "'qwen3next.ssm.state_size': expected > 0, found 0"},
+    {"qwen3next H_k not dividing H_v", B_QWEN3NEXT, mut_q3n_groups,
+     "expected H_k to divide ssm.time_step_rank H_v = 3, found H_k = 2"},
+    {"qwen3next inner_size", B_QWEN3NEXT, mut_q3n_inner, "expected H_v * d_k = 2 * 8 = 16"},
+    {"qwen3next MTP >= blocks", B_QWEN3NEXT, mut_q3n_nextn,
+     "'qwen3next.nextn_predict_layers': expected fewer MTP blocks than block_count = 2, found 2"},
+    {"qwen3next recurrent_layers length", B_QWEN3NEXT, mut_q3n_flags_len,
+     "'qwen3next.attention.recurrent_layers': expected 2 entries (one per block), found 3"},
+    {"qwen3next recurrent MTP block", B_QWEN3NEXT, mut_q3n_flag_mtp, "entry 2: expected 0 (block 2 is an MTP block"},
+    {"qwen3next interval 0", B_QWEN3NEXT, mut_q3n_interval, "'qwen3next.full_attention_interval': expected > 0"},
+    {"qwen3next F_sh = 0", B_QWEN3NEXT, mut_q3n_fsh, "expected F_sh > 0"},
+    {"qwen3next legacy ssm_in", B_QWEN3NEXT, mut_q3n_ssm_in, "tensor blk.0.ssm_in.weight: expected absent"},
+    {"qwen3next conv taps", B_QWEN3NEXT, mut_q3n_conv_shape,
+     "tensor blk.0.ssm_conv1d.weight: expected shape {4, 32}, found {3, 32}"},
+    {"qwen3next attn_q without gate rows", B_QWEN3NEXT, mut_q3n_q_ungated,
+     "tensor blk.1.attn_q.weight: expected shape {32, 64}, found {32, 32}"},
+    {"qwen3next shared-expert gate missing", B_QWEN3NEXT, mut_q3n_no_shexp,
+     "required tensor blk.1.ffn_gate_inp_shexp.weight is missing"},
+    {"qwen3next rope dims > D", B_QWEN3NEXT, mut_q3n_rope_gt_d, "expected R <= head dim D = 8, found R = 10"},
 };
 
 #define N_BAD (sizeof bad_cases / sizeof bad_cases[0])
@@ -1051,7 +1196,7 @@ ParameterizedTest(int *ip, model_bad, rejects) {
     cr_assert(*ip >= 0 && (size_t)*ip < N_BAD);
     const bad_case *bc = &bad_cases[*ip];
     const cfg *base = bc->base == B_QWEN3 ? &QWEN3 : bc->base == B_QWEN3MOE ? &QWEN3MOE : &LLAMA;
-    mb *b = build(base);
+    mb *b = bc->base == B_QWEN3NEXT ? build_qwen3next() : build(base);
     bc->mutate(b);
     char path[64];
     tmp_path(path, sizeof path, "bad");

@@ -475,3 +475,50 @@ Test(act_q8, f64_rounding_matches_f32) {
                       (int)fm[k], i, yd[i], (double)yf[i]);
     }
 }
+
+/* ---- Gated DeltaNet (arch-qwen3next.md §4.2), worked by hand ------------- */
+
+Test(gdn, l2norm_eps_on_the_sum) {
+    double x[2] = {3, 4};
+    td_ref_l2norm_f64(x, 2, 0);
+    assert_close(x[0], 0.6, 1e-15);
+    assert_close(x[1], 0.8, 1e-15);
+    double y[2] = {3, 4}; // sqrt(9 + 16 + 11) = 6: eps on the sum, not the mean (that would be sqrt(12.5 + 11))
+    td_ref_l2norm_f64(y, 2, 11);
+    assert_close(y[0], 0.5, 1e-15);
+    assert_close(y[1], 4.0 / 6.0, 1e-15);
+}
+
+Test(gdn, delta_rule_three_steps) {
+    // dk = 2, S[i][j] at j*2 + i; q/sqrt(2) reads the state
+    double S[4] = {0}, o[2];
+    const double r2 = 1 / sqrt(2.0);
+    // step 1: S = 0, k = e0, v = (2, 3), beta 1/2, no decay: S = k (beta v)^T = [[1, 1.5], [0, 0]]
+    const double k1[2] = {1, 0}, v1[2] = {2, 3}, q1[2] = {1, 0};
+    td_ref_gdn_step_f64(S, o, q1, k1, v1, 0.0, 0.5, 2);
+    assert_close(S[0], 1.0, 1e-15);
+    assert_close(S[2], 1.5, 1e-15);
+    assert_close(S[1], 0, 0);
+    assert_close(S[3], 0, 0);
+    assert_close(o[0], 1.0 * r2, 1e-15);
+    assert_close(o[1], 1.5 * r2, 1e-15);
+    // step 2: decay 1/2 first (S = [[.5, .75], [0, 0]]), k = e1 sees nothing (e = 0), beta 1, v = (1, 1):
+    // S = [[.5, .75], [1, 1]]; q = e1 reads row 1 -> (1, 1)/sqrt 2
+    const double k2[2] = {0, 1}, v2[2] = {1, 1};
+    td_ref_gdn_step_f64(S, o, k2, k2, v2, log(0.5), 1.0, 2);
+    assert_close(S[0], 0.5, 1e-15);
+    assert_close(S[2], 0.75, 1e-15);
+    assert_close(S[1], 1, 1e-15);
+    assert_close(S[3], 1, 1e-15);
+    assert_close(o[0], r2, 1e-15);
+    assert_close(o[1], r2, 1e-15);
+    // step 3: beta 1 writes v exactly at key k: afterwards S^T k = v (the delta rule's defining property)
+    const double k3[2] = {1, 0}, v3[2] = {-2, 7};
+    td_ref_gdn_step_f64(S, o, k3, k3, v3, 0.0, 1.0, 2);
+    assert_close(S[0], -2, 1e-15);
+    assert_close(S[2], 7, 1e-15);
+    assert_close(S[1], 1, 1e-15);
+    assert_close(S[3], 1, 1e-15); // key e1's memory untouched
+    assert_close(o[0], -2 * r2, 1e-15);
+    assert_close(o[1], 7 * r2, 1e-15);
+}

@@ -187,7 +187,9 @@ typedef struct fx_arm {
 } fx_arm;
 
 static const fx_arm k_kv_cases[] = {{"llama-f32", "ref"},    {"llama-q4_k", "ref"},     {"qwen3-q8_0", "ref"},
-                                    {"qwen3moe-f32", "ref"}, {"qwen3moe-q6_k", "ref32"}};
+                                    {"qwen3moe-f32", "ref"}, {"qwen3moe-q6_k", "ref32"},
+                                    // hybrid: the GDN conv and recurrent state carried across steps
+                                    {"qwen3next-f32", "ref"}, {"qwen3next-q8_0", "ref32"}};
 #define N_KV_CASES (sizeof k_kv_cases / sizeof k_kv_cases[0])
 static int k_kv_ix[N_KV_CASES];
 

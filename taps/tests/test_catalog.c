@@ -138,6 +138,11 @@ static long dim_value(const char *spec, const td_hparams *hp, long T, long n_kv)
                  : !strcmp(f, "K")   ? (long)hp->n_expert_used
                  : !strcmp(f, "V")   ? (long)hp->n_vocab
                  : !strcmp(f, "n_kv") ? n_kv
+                 : !strcmp(f, "Hk")  ? (long)hp->ssm_n_group
+                 : !strcmp(f, "Hv")  ? (long)hp->ssm_dt_rank
+                 : !strcmp(f, "dk")  ? (long)hp->ssm_d_state
+                 : !strcmp(f, "C")   ? (long)(2 * hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner)
+                 : !strcmp(f, "S")   ? (long)hp->ssm_conv - 1
                                       : -1;
         cr_assert_geq(x, 0, "unknown shape letter '%s' in '%s'", f, spec);
         v *= x;
@@ -207,10 +212,17 @@ static void check_arch(const char *fixture) {
         for (size_t r = 0; r < n_cat; r++) {
             if (!td_tap_catalog_has_arch(&cat[r], arch)) continue;
             int layered = !strncmp(cat[r].name, "blk.L.", 6);
-            for (int64_t L = 0; L < (layered ? n_layer : 1); L++)
+            const char *kinds = td_tap_catalog_kinds(&cat[r]);
+            for (int64_t L = 0; L < (layered ? n_layer : 1); L++) {
+                if (layered && kinds && strcmp(kinds, td_layer_kind_name(m->layers[L].kind))) {
+                    cr_assert(!seen[(size_t)L * n_cat + r], "%s: %s emitted in layer %lld, a %s layer (catalog: %s only)",
+                              fixture, cat[r].name, (long long)L, td_layer_kind_name(m->layers[L].kind), kinds);
+                    continue;
+                }
                 cr_assert(seen[(size_t)(layered ? L : n_layer) * n_cat + r],
                           "%s: step %lld: the catalog lists %s (layer %lld) for %s, the reference did not emit it",
                           fixture, (long long)s, cat[r].name, (long long)L, arch);
+            }
         }
         free(seen);
         free(t);
@@ -223,6 +235,7 @@ static void check_arch(const char *fixture) {
 Test(catalog, reference_emits_exactly_the_llama_taps) { check_arch("llama-f32"); }
 Test(catalog, reference_emits_exactly_the_qwen3_taps) { check_arch("qwen3-f32"); }
 Test(catalog, reference_emits_exactly_the_qwen3moe_taps) { check_arch("qwen3moe-f32"); }
+Test(catalog, reference_emits_exactly_the_qwen3next_taps_per_layer_kind) { check_arch("qwen3next-f32"); }
 
 // `tapdiff taps` output into a string.
 static char *taps_cmd(const char *args, int *rc) {

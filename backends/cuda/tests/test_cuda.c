@@ -231,6 +231,10 @@ Test(gpu, cuda_is_conformant_with_ref_on_every_fixture, .init = make_tmpdir, .fi
     int bad = 0;
     for (size_t i = 0; i < td_fixture_count(); i++) {
         const td_fixture_info *fi = td_fixture_at(i);
+        if (!strcmp(fi->arch, "qwen3next")) { // Gated DeltaNet layers: cuda refuses them at open
+            fprintf(stderr, "cuda vs ref on %-18s skipped (qwen3next: no GDN layers in cuda)\n", fi->name);
+            continue;
+        }
         const char *model = td_test_fixture(tmpdir, fi->name);
         char *out = NULL, *err = NULL;
         const char *args[] = {"bisect", "--model", model, "--a", "ref", "--b", "cuda", "--tokens", "1,17,42,99,7,250,31,64",
