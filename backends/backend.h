@@ -17,7 +17,11 @@ typedef struct td_backend_params {
     uint32_t n_ctx;        /* KV capacity in positions (prompt + decode steps) */
     const char *inject;    /* named fault (faults.h) the backend implements, NULL = none */
     const char *profile;   /* arithmetic profile to emulate, NULL = native */
+    uint32_t n_seq;        /* sequences the caller will use (state operations), 0 = 1 */
 } td_backend_params;
+
+/* Sequences a backend with state operations holds at most (ids 0..TD_SEQ_MAX-1). */
+#define TD_SEQ_MAX 4
 
 typedef struct td_backend td_backend;
 
@@ -54,6 +58,16 @@ typedef struct td_backend_vt {
     /* (optional) TD_FAULT_BIT of each fault of the catalog (faults.h) it can
      * inject; 0 = none. */
     uint64_t faults;
+    /* (optional, all three or none) state operations, for the state-ops
+     * check (harness/stateops.h). Every sequence holds its own positions
+     * and whatever state the forward keeps (KV cache, recurrent state, token
+     * history); forward appends to the sequence chosen by seq_use (0 after
+     * open/reset) at pos0 = that sequence's length. seq_rm drops positions
+     * >= p0 of `seq` (a rollback); seq_cp replaces dst's whole state by a
+     * copy of src's. TD_OK, or a status with the reason in err. */
+    int (*seq_rm)(td_backend *b, int seq, int64_t p0, td_err *err);
+    int (*seq_cp)(td_backend *b, int src, int dst, td_err *err);
+    int (*seq_use)(td_backend *b, int seq, td_err *err);
 } td_backend_vt;
 
 /* Every backend starts with this header so generic code can reach its table. */

@@ -46,6 +46,31 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                               "the IQ2_XXS decoder takes element 0's sign from bit 1 of its group's sign mask",
                               "blk.0.ffn_out", NULL, 0,
                               "*-iq2_xxs only: the first product with an IQ2_XXS weight (ffn_down)"},
+    [TD_FAULT_CUDA_SYNC_MISSING] = {TD_FAULT_CUDA_SYNC_MISSING, "cuda_sync_missing",
+                                    "the RMSNorm block reduction lacks the __syncthreads between writing and "
+                                    "reading its per-warp partial sums (a race: warps read stale shared memory)",
+                                    "blk.0.attn_norm", NULL, 0,
+                                    "llama-f32, qwen3-f32, qwen3moe-f32 (cuda only; a race, so where it shows "
+                                    "is what the device check verifies)"},
+    [TD_FAULT_CUDA_SMEM_STRIDE] = {TD_FAULT_CUDA_SMEM_STRIDE, "cuda_smem_stride",
+                                   "attention writes its scores to shared memory with stride 1 and reads them "
+                                   "with stride 2",
+                                   "blk.0.attn_ctx", NULL, 0,
+                                   "llama-f32, qwen3-f32, qwen3moe-f32 (cuda only; prefill positions > 0)"},
+    [TD_FAULT_ROLLBACK_STALE_KV] = {TD_FAULT_ROLLBACK_STALE_KV, "rollback_stale_kv",
+                                    "a rollback moves the position counter back but leaves the dropped K/V rows "
+                                    "in the cache, where the next forwards still attend to them",
+                                    "blk.0.attn_ctx", NULL, 7,
+                                    "every attention fixture, through tapdiff stateops only (its default script: "
+                                    "the first decode after 'rollback 3')",
+                                    "decode 5"},
+    [TD_FAULT_SEQ_COPY_SHORT] = {TD_FAULT_SEQ_COPY_SHORT, "seq_copy_short",
+                                 "a sequence copy misses the source's last position (its K/V row left empty in "
+                                 "the copy)",
+                                 "blk.0.attn_ctx", NULL, 16,
+                                 "every attention fixture, through tapdiff stateops only (its default script: "
+                                 "the first decode on the copy)",
+                                 "decode 4 on 1"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {

@@ -39,6 +39,10 @@ typedef enum td_fault {
     TD_FAULT_ATTN_SCALE = 9,        /* attention scores scaled by 1/D instead of 1/sqrt(D) */
     TD_FAULT_RESIDUAL_SKIP = 10,    /* layer 1 (0 with one layer): ffn_inp = attn_out, the residual dropped */
     TD_FAULT_IQ_SIGN_BIT = 11,      /* IQ2_XXS decoder takes element 0's sign from bit 1 of the sign mask */
+    TD_FAULT_CUDA_SYNC_MISSING = 12, /* cuda: the RMSNorm block reduction reads its partials without the barrier */
+    TD_FAULT_CUDA_SMEM_STRIDE = 13,  /* cuda: attention writes its scores to shared memory with stride 1, reads 2 */
+    TD_FAULT_ROLLBACK_STALE_KV = 14, /* rollback moves the position back but the dropped K/V rows stay attended */
+    TD_FAULT_SEQ_COPY_SHORT = 15,   /* sequence copy misses the source's last position */
     TD_FAULT_COUNT
 } td_fault;
 
@@ -57,6 +61,11 @@ typedef struct td_fault_info {
     const char *first_tap_qwen3; /* the same on qwen3 (dense) fixtures when it differs, else NULL */
     int first_step;              /* expected step of the first divergence */
     const char *fixtures;        /* where it is visible (the conformance test's set) */
+    /* A fault of the state operations (backend.h seq_rm / seq_cp): invisible
+     * to a straight forward (bisect), shown by the state-ops check
+     * (harness/stateops.h) with its default script, where first_step is the
+     * check's step and this names the script operation. NULL otherwise. */
+    const char *state_op;
 } td_fault_info;
 
 /* Catalog entries 1 .. TD_FAULT_COUNT-1 in order; NULL past the end or for 0. */

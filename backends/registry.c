@@ -10,6 +10,9 @@
 #ifdef TD_HAVE_LLAMACPP
 #include "llamacpp.h"
 #endif
+#ifdef TD_HAVE_CUDA
+#include "cuda.h"
+#endif
 
 static const td_backend_vt *const backends[] = {
     &td_ref_backend_f64, /* "ref": the f64 oracle */
@@ -19,6 +22,9 @@ static const td_backend_vt *const backends[] = {
     &td_llamacpp_backend,        /* "llamacpp": llama.cpp itself, a tapped peer */
     &td_llamacpp_vulkan_backend, /* "llamacpp:vulkan": the same on llama.cpp's Vulkan backend */
     &td_llamacpp_cuda_backend,   /* "llamacpp:cuda": the same on llama.cpp's CUDA backend */
+#endif
+#ifdef TD_HAVE_CUDA
+    &td_cuda_backend, /* "cuda": our own CUDA forward (backends/cuda) */
 #endif
     NULL,
 };
@@ -44,7 +50,8 @@ const char *td_backend_absent_reason(const char *name) {
                             "(needs npm and the npm registry), then `meson setup --reconfigure BUILD_DIR` and rebuild"},
         {"llamacpp:cuda", "backend 'llamacpp:cuda' is not built into this tapdiff: run ci/fetch-llamacpp.sh --cuda, "
                           "then `meson setup --reconfigure BUILD_DIR` and rebuild"},
-        {"cuda", "backend 'cuda' is not built into this tapdiff (it needs nvcc at configure time and a GPU to run)"},
+        {"cuda", "backend 'cuda' is not built into this tapdiff (it needs nvcc at configure time, -Dcuda=auto or "
+                 "enabled, and a GPU to run)"},
         {"metal", "backend 'metal' is not built into this tapdiff (macOS only)"},
         {"cpu", "backend 'cpu' is not built into this tapdiff"},
     };

@@ -479,6 +479,246 @@ TD_HD static inline void td_blk_dec_nvfp4(const uint8_t *b, double *y) {
     }
 }
 
+/* ------------------------------------------------------------------------ */
+/* The classic block types, per block, for device code (backends/cuda): the   */
+/* same formulas as model/types.c's row decoders, which the cuda suite        */
+/* compares bit for bit with these compiled by nvcc for the host.             */
+
+#define TD_BLK_F16AT(b, T, f) td_blk_f16(td_blk_u16((b) + offsetof(T, f)))
+
+TD_HD static inline void td_blk_dec_q4_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q4_0, d);
+    const uint8_t *qs = b + offsetof(td_blk_q4_0, qs);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * ((qs[j] & 15) - 8);
+        y[j + 16] = d * ((qs[j] >> 4) - 8);
+    }
+}
+
+TD_HD static inline void td_blk_dec_q4_1(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q4_1, d), m = TD_BLK_F16AT(b, td_blk_q4_1, m);
+    const uint8_t *qs = b + offsetof(td_blk_q4_1, qs);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * (qs[j] & 15) + m;
+        y[j + 16] = d * (qs[j] >> 4) + m;
+    }
+}
+
+TD_HD static inline void td_blk_dec_q5_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q5_0, d);
+    uint32_t qh = td_blk_u32(b + offsetof(td_blk_q5_0, qh));
+    const uint8_t *qs = b + offsetof(td_blk_q5_0, qs);
+    for (int j = 0; j < 16; j++) {
+        int q0 = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4), q1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        y[j] = d * (q0 - 16);
+        y[j + 16] = d * (q1 - 16);
+    }
+}
+
+TD_HD static inline void td_blk_dec_q5_1(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q5_1, d), m = TD_BLK_F16AT(b, td_blk_q5_1, m);
+    uint32_t qh = td_blk_u32(b + offsetof(td_blk_q5_1, qh));
+    const uint8_t *qs = b + offsetof(td_blk_q5_1, qs);
+    for (int j = 0; j < 16; j++) {
+        int q0 = (qs[j] & 15) | (int)(((qh >> j) & 1) << 4), q1 = (qs[j] >> 4) | (int)(((qh >> (j + 16)) & 1) << 4);
+        y[j] = d * q0 + m;
+        y[j + 16] = d * q1 + m;
+    }
+}
+
+TD_HD static inline void td_blk_dec_q8_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q8_0, d);
+    const uint8_t *qs = b + offsetof(td_blk_q8_0, qs);
+    for (int j = 0; j < 32; j++) y[j] = d * (int8_t)qs[j];
+}
+
+TD_HD static inline void td_blk_dec_q1_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q1_0, d);
+    const uint8_t *qs = b + offsetof(td_blk_q1_0, qs);
+    for (int j = 0; j < 128; j++) y[j] = ((qs[j / 8] >> (j % 8)) & 1) ? d : -d;
+}
+
+TD_HD static inline void td_blk_dec_q2_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q2_0, d);
+    const uint8_t *qs = b + offsetof(td_blk_q2_0, qs);
+    for (int j = 0; j < 64; j++) y[j] = d * (((qs[j / 4] >> (2 * (j % 4))) & 3) - 1);
+}
+
+TD_HD static inline void td_blk_dec_mxfp4(const uint8_t *b, double *y) {
+    const int8_t kv[16] = TD_KV_FP4_INIT;
+    /* 2^(e-128) from its bits: e-128 is in [-128, 127], always a normal double */
+    uint64_t pb = (uint64_t)(1023 + (int)b[offsetof(td_blk_mxfp4, e)] - 128) << 52;
+    double d;
+    memcpy(&d, &pb, 8);
+    const uint8_t *qs = b + offsetof(td_blk_mxfp4, qs);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * kv[qs[j] & 15];
+        y[j + 16] = d * kv[qs[j] >> 4];
+    }
+}
+
+#define TD_KV_IQ4NL_INIT {-127, -104, -83, -65, -49, -35, -22, -10, 1, 13, 25, 38, 53, 69, 89, 113}
+
+TD_HD static inline void td_blk_dec_iq4_nl(const uint8_t *b, double *y) {
+    const int8_t kv[16] = TD_KV_IQ4NL_INIT;
+    double d = TD_BLK_F16AT(b, td_blk_iq4_nl, d);
+    const uint8_t *qs = b + offsetof(td_blk_iq4_nl, qs);
+    for (int j = 0; j < 16; j++) {
+        y[j] = d * kv[qs[j] & 15];
+        y[j + 16] = d * kv[qs[j] >> 4];
+    }
+}
+
+TD_HD static inline void td_blk_dec_iq4_xs(const uint8_t *b, double *y) {
+    const int8_t kv[16] = TD_KV_IQ4NL_INIT;
+    double d = TD_BLK_F16AT(b, td_blk_iq4_xs, d);
+    unsigned sh = td_blk_u16(b + offsetof(td_blk_iq4_xs, scales_h));
+    const uint8_t *sl = b + offsetof(td_blk_iq4_xs, scales_l), *qs = b + offsetof(td_blk_iq4_xs, qs);
+    for (int s = 0; s < 8; s++) {
+        int ls = ((sl[s / 2] >> (4 * (s % 2))) & 15) | (int)(((sh >> (2 * s)) & 3) << 4);
+        double dl = d * (ls - 32);
+        for (int j = 0; j < 16; j++) {
+            y[32 * s + j] = dl * kv[qs[16 * s + j] & 15];
+            y[32 * s + 16 + j] = dl * kv[qs[16 * s + j] >> 4];
+        }
+    }
+}
+
+TD_HD static inline void td_blk_dec_q2_k(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q2_k, d), dmin = TD_BLK_F16AT(b, td_blk_q2_k, dmin);
+    const uint8_t *sc = b + offsetof(td_blk_q2_k, scales), *qs = b + offsetof(td_blk_q2_k, qs);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 2; k++) {
+                uint8_t s = sc[8 * h + 2 * j + k];
+                double dl = d * (s & 15), ml = dmin * (s >> 4);
+                for (int l = 0; l < 16; l++)
+                    y[128 * h + 32 * j + 16 * k + l] = dl * ((qs[32 * h + 16 * k + l] >> (2 * j)) & 3) - ml;
+            }
+}
+
+TD_HD static inline void td_blk_dec_q3_k(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q3_k, d);
+    const uint8_t *hm = b + offsetof(td_blk_q3_k, hmask), *qs = b + offsetof(td_blk_q3_k, qs);
+    const uint8_t *sc = b + offsetof(td_blk_q3_k, scales);
+    for (int h = 0; h < 2; h++)
+        for (int j = 0; j < 4; j++)
+            for (int k = 0; k < 2; k++) {
+                int i = 8 * h + 2 * j + k;
+                int low4 = i < 8 ? (sc[i] & 15) : (sc[i - 8] >> 4), high2 = (sc[8 + i % 4] >> (2 * (i / 4))) & 3;
+                double dl = d * (low4 + 16 * high2 - 32);
+                for (int l = 0; l < 16; l++) {
+                    int q2 = (qs[32 * h + 16 * k + l] >> (2 * j)) & 3, hb = (hm[16 * k + l] >> (4 * h + j)) & 1;
+                    y[128 * h + 32 * j + 16 * k + l] = dl * (q2 - (hb ? 0 : 4));
+                }
+            }
+}
+
+/* scale and min code i (0..7, 6 bits each) of the packed Q4_K / Q5_K scales */
+TD_HD static inline void td_blk_k_scale(const uint8_t *s, int i, int *sc, int *mn) {
+    if (i < 4) {
+        *sc = s[i] & 63;
+        *mn = s[i + 4] & 63;
+    } else {
+        *sc = (s[i + 4] & 15) | ((s[i - 4] >> 6) << 4);
+        *mn = (s[i + 4] >> 4) | ((s[i] >> 6) << 4);
+    }
+}
+
+TD_HD static inline void td_blk_dec_q4_k(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q4_k, d), dmin = TD_BLK_F16AT(b, td_blk_q4_k, dmin);
+    const uint8_t *qs = b + offsetof(td_blk_q4_k, qs), *scs = b + offsetof(td_blk_q4_k, scales);
+    for (int c = 0; c < 4; c++) {
+        int s0, m0, s1, m1;
+        td_blk_k_scale(scs, 2 * c, &s0, &m0);
+        td_blk_k_scale(scs, 2 * c + 1, &s1, &m1);
+        double d0 = d * s0, dm0 = dmin * m0, d1 = d * s1, dm1 = dmin * m1;
+        for (int l = 0; l < 32; l++) {
+            y[64 * c + l] = d0 * (qs[32 * c + l] & 15) - dm0;
+            y[64 * c + 32 + l] = d1 * (qs[32 * c + l] >> 4) - dm1;
+        }
+    }
+}
+
+TD_HD static inline void td_blk_dec_q5_k(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q5_k, d), dmin = TD_BLK_F16AT(b, td_blk_q5_k, dmin);
+    const uint8_t *qh = b + offsetof(td_blk_q5_k, qh), *qs = b + offsetof(td_blk_q5_k, qs);
+    const uint8_t *scs = b + offsetof(td_blk_q5_k, scales);
+    for (int c = 0; c < 4; c++) {
+        int s0, m0, s1, m1;
+        td_blk_k_scale(scs, 2 * c, &s0, &m0);
+        td_blk_k_scale(scs, 2 * c + 1, &s1, &m1);
+        double d0 = d * s0, dm0 = dmin * m0, d1 = d * s1, dm1 = dmin * m1;
+        for (int l = 0; l < 32; l++) {
+            int q0 = (qs[32 * c + l] & 15) + 16 * ((qh[l] >> (2 * c)) & 1);
+            int q1 = (qs[32 * c + l] >> 4) + 16 * ((qh[l] >> (2 * c + 1)) & 1);
+            y[64 * c + l] = d0 * q0 - dm0;
+            y[64 * c + 32 + l] = d1 * q1 - dm1;
+        }
+    }
+}
+
+TD_HD static inline void td_blk_dec_q6_k(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_q6_k, d);
+    const uint8_t *ql = b + offsetof(td_blk_q6_k, ql), *qh = b + offsetof(td_blk_q6_k, qh);
+    const uint8_t *sc = b + offsetof(td_blk_q6_k, scales);
+    for (int h = 0; h < 2; h++) {
+        const uint8_t *L = ql + 64 * h, *H = qh + 32 * h, *S = sc + 8 * h;
+        double *o = y + 128 * h;
+        for (int l = 0; l < 32; l++) {
+            int t = l / 16;
+            int q1 = ((L[l] & 15) | ((H[l] & 3) << 4)) - 32, q2 = ((L[l + 32] & 15) | (((H[l] >> 2) & 3) << 4)) - 32;
+            int q3 = ((L[l] >> 4) | (((H[l] >> 4) & 3) << 4)) - 32, q4 = ((L[l + 32] >> 4) | (((H[l] >> 6) & 3) << 4)) - 32;
+            o[l] = d * (int8_t)S[t] * q1;
+            o[l + 32] = d * (int8_t)S[t + 2] * q2;
+            o[l + 64] = d * (int8_t)S[t + 4] * q3;
+            o[l + 96] = d * (int8_t)S[t + 6] * q4;
+        }
+    }
+}
+
+TD_HD static inline void td_blk_dec_q8_k(const uint8_t *b, double *y) {
+    float df;
+    memcpy(&df, b + offsetof(td_blk_q8_k, d), 4);
+    double d = df;
+    const uint8_t *qs = b + offsetof(td_blk_q8_k, qs);
+    for (int j = 0; j < TD_QK_K; j++) y[j] = d * (int8_t)qs[j];
+}
+
+TD_HD static inline void td_blk_dec_tq2_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_tq2_0, d);
+    const uint8_t *qs = b + offsetof(td_blk_tq2_0, qs);
+    for (int c = 0; c < 2; c++)
+        for (int s = 0; s < 4; s++)
+            for (int m = 0; m < 32; m++) y[128 * c + 32 * s + m] = d * (((qs[32 * c + m] >> (2 * s)) & 3) - 1);
+}
+
+/* n-th base-3 digit of a fixed-point trit byte: floor(3 ((b 3^n) mod 256) / 256) */
+TD_HD static inline int td_blk_trit(uint8_t b, int n) {
+    const uint8_t pow3[5] = {1, 3, 9, 27, 81};
+    uint8_t v = (uint8_t)(b * pow3[n]);
+    return (v * 3) >> 8;
+}
+
+TD_HD static inline void td_blk_dec_tq1_0(const uint8_t *b, double *y) {
+    double d = TD_BLK_F16AT(b, td_blk_tq1_0, d);
+    const uint8_t *qs = b + offsetof(td_blk_tq1_0, qs), *qh = b + offsetof(td_blk_tq1_0, qh);
+    for (int n = 0; n < 5; n++)
+        for (int m = 0; m < 32; m++) y[32 * n + m] = d * (td_blk_trit(qs[m], n) - 1);
+    for (int n = 0; n < 5; n++)
+        for (int m = 0; m < 16; m++) y[160 + 16 * n + m] = d * (td_blk_trit(qs[32 + m], n) - 1);
+    for (int n = 0; n < 4; n++)
+        for (int m = 0; m < 4; m++) y[240 + 4 * n + m] = d * (td_blk_trit(qh[m], n) - 1);
+}
+
+/* bfloat16 bits -> double, exact */
+TD_HD static inline double td_blk_bf16(uint16_t h) {
+    uint32_t u = (uint32_t)h << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return (double)f;
+}
+
 #ifdef __cplusplus
 }
 #endif

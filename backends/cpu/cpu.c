@@ -115,6 +115,16 @@ typedef struct mm_seg {
     int64_t task0, n_tasks;
 } mm_seg;
 
+/* What one sequence holds: the state operations (backend.h) copy and cut
+ * this and nothing else; a recurrent layer's state joins it here. */
+typedef struct cpu_seq {
+    int64_t n_past; // positions consumed: the next forward's pos0
+    int64_t n_kv;   // K/V rows written (n_past, unless a state fault left stale rows)
+    int64_t kv_cap;
+    float **k_cache, **v_cache; // n_layer x (kv_cap, Hkv*D), row = position; post-norm, post-RoPE keys
+    td_hist hist;
+} cpu_seq;
+
 typedef struct cpu_backend {
     td_backend base; // vt; first member
     const td_model *m;
@@ -127,8 +137,10 @@ typedef struct cpu_backend {
     int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
     unsigned fmts_xn, fmts_ctx, fmts_act, fmts_xs; // FMT_* each input needs (its weights' types)
     int64_t gemm_min_t;
-    int64_t n_ctx, n_past, kv_cap;
-    float **k_cache, **v_cache; // n_layer x (kv_cap, Hkv*D), row = position; post-norm, post-RoPE keys
+    int64_t n_ctx;
+    cpu_seq seqs[TD_SEQ_MAX];
+    cpu_seq *s;                 // the sequence forwards append to
+    int64_t att_cap;            // score rows' length: the largest kv_cap of any sequence
     cpu_layer *layers;
     float *out_norm;            // (E)
     float *rope_ff;             // (R/2) or NULL
@@ -136,10 +148,9 @@ typedef struct cpu_backend {
     int64_t tile_cap;           // floats per thread tile
     float **tile;               // per thread (tile_cap)
     float **rowbuf;             // per thread (max_in): a decoded row for types without a dot kernel
-    float **att;                // per thread (kv_cap) attention scores
+    float **att;                // per thread (att_cap) attention scores
     mm_seg *segs;               // job scratch
     int max_segs;
-    td_hist hist;
     cpu_acts a;
     char version[320];
 } cpu_backend;
@@ -523,7 +534,7 @@ static void attn_task(void *ctx, int64_t task, int th) {
     const int64_t g = b->fault == TD_FAULT_GQA_MAP_MOD ? h % Hkv : h / (H / Hkv);
     const int64_t n = j->pos0 + t + 1; // causal: positions 0..pos, the token itself included
     const float *q = b->a.q + (t * H + h) * D;
-    const float *kc = b->k_cache[j->l] + g * D, *vc = b->v_cache[j->l] + g * D;
+    const float *kc = b->s->k_cache[j->l] + g * D, *vc = b->s->v_cache[j->l] + g * D;
     const float scale = (float)(b->fault == TD_FAULT_ATTN_SCALE ? 1.0 / (double)D : 1.0 / sqrt((double)D));
     float *att = b->att[th];
     for (int64_t s = 0; s < n; s++) att[s] = scale * b->k.dot_f32(q, kc + s * Hkv * D, D);
@@ -583,10 +594,11 @@ static void attention_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_t
     tap2(sink, l, "attn_q_rope", a->q, T, HD);
     tap2(sink, l, "attn_k_rope", a->k, T, KD);
 
-    // kv_pos_off_by_one: a decode step writes (and attends up to) position p-1
-    const int64_t kv0 = pos0 - (b->fault == TD_FAULT_KV_POS && pos0 > 0);
-    memcpy(b->k_cache[l] + kv0 * KD, a->k, (size_t)(T * KD) * sizeof(float));
-    memcpy(b->v_cache[l] + kv0 * KD, a->v, (size_t)(T * KD) * sizeof(float));
+    // kv_pos_off_by_one: a decode step writes (and attends up to) position p-1;
+    // rollback_stale_kv: rows a rollback should have dropped still precede
+    const int64_t kv0 = pos0 + (b->s->n_kv - b->s->n_past) - (b->fault == TD_FAULT_KV_POS && pos0 > 0);
+    memcpy(b->s->k_cache[l] + kv0 * KD, a->k, (size_t)(T * KD) * sizeof(float));
+    memcpy(b->s->v_cache[l] + kv0 * KD, a->v, (size_t)(T * KD) * sizeof(float));
     attn_job aj = {b, l, T, kv0};
     td_cpu_pool_run(b->pool, T * H, attn_task, &aj);
     tap2(sink, l, "attn_ctx", a->ctx.x, T, HD);
@@ -760,19 +772,26 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
     }
 }
 
-/* Grows the KV cache and the per-thread score rows to `need` positions. */
-static void kv_ensure(cpu_backend *b, int64_t need) {
-    if (need <= b->kv_cap) return;
-    int64_t cap = b->kv_cap ? 2 * b->kv_cap : 64;
-    if (cap < need) cap = need;
+/* Grows sequence s's KV cache and the per-thread score rows to `need` rows. */
+static void kv_ensure(cpu_backend *b, cpu_seq *s, int64_t need) {
+    if (need <= s->kv_cap) return;
+    int64_t cap = s->kv_cap ? 2 * s->kv_cap : 64;
     if (cap > b->n_ctx) cap = b->n_ctx;
+    if (cap < need) cap = need; // only a state fault's stale rows go past n_ctx
     const size_t row = (size_t)b->hp.n_head_kv * b->hp.head_dim * sizeof(float);
-    for (uint32_t l = 0; l < b->hp.n_layer; l++) {
-        b->k_cache[l] = td_xrealloc(b->k_cache[l], (size_t)cap * row);
-        b->v_cache[l] = td_xrealloc(b->v_cache[l], (size_t)cap * row);
+    if (!s->k_cache) {
+        s->k_cache = td_xcalloc(b->hp.n_layer ? b->hp.n_layer : 1, sizeof(float *));
+        s->v_cache = td_xcalloc(b->hp.n_layer ? b->hp.n_layer : 1, sizeof(float *));
     }
-    for (int t = 0; t < b->n_threads; t++) b->att[t] = td_xrealloc(b->att[t], (size_t)cap * sizeof(float));
-    b->kv_cap = cap;
+    for (uint32_t l = 0; l < b->hp.n_layer; l++) {
+        s->k_cache[l] = td_xrealloc(s->k_cache[l], (size_t)cap * row);
+        s->v_cache[l] = td_xrealloc(s->v_cache[l], (size_t)cap * row);
+    }
+    s->kv_cap = cap;
+    if (cap > b->att_cap) {
+        for (int t = 0; t < b->n_threads; t++) b->att[t] = td_xrealloc(b->att[t], (size_t)cap * sizeof(float));
+        b->att_cap = cap;
+    }
 }
 
 static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink,
@@ -781,14 +800,14 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     const td_hparams *hp = &b->hp;
     const int64_t E = hp->n_embd, V = hp->n_vocab;
 
-    int rc = td_fwd_check_step(NAME, tokens, T, pos0, b->n_past, b->n_ctx, V, err);
+    int rc = td_fwd_check_step(NAME, tokens, T, pos0, b->s->n_past, b->n_ctx, V, err);
     if (rc) return rc;
 
     int32_t stale[1] = {0}; // stale_token: this decode step consumes token 0
     if (b->fault == TD_FAULT_STALE_TOKEN && b->n_fwd == TD_FAULT_STALE_STEP && T == 1) tokens = stale;
     b->n_fwd++;
     acts_ensure(b, T);
-    kv_ensure(b, pos0 + T);
+    kv_ensure(b, b->s, b->s->n_kv + T);
     cpu_acts *a = &b->a;
     td_fwd_tap_inputs(sink, tokens, T, pos0, a->pos32);
 
@@ -808,9 +827,10 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     tap2(sink, -1, "out.logits", a->logits, T, V);
     for (int64_t i = 0; i < T * V; i++) logits[i] = (double)a->logits[i];
 
-    b->n_past = pos0 + T;
-    td_hist_push(&b->hist, tokens, T);
-    td_hist_tap(&b->hist, sink);
+    b->s->n_past = pos0 + T;
+    b->s->n_kv += T;
+    td_hist_push(&b->s->hist, tokens, T);
+    td_hist_tap(&b->s->hist, sink);
     return TD_OK;
 }
 
@@ -820,9 +840,65 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
 
 static void cpu_reset(td_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
-    b->n_past = 0;
-    td_hist_reset(&b->hist);
+    for (int i = 0; i < TD_SEQ_MAX; i++) {
+        b->seqs[i].n_past = b->seqs[i].n_kv = 0;
+        td_hist_reset(&b->seqs[i].hist);
+    }
+    b->s = &b->seqs[0];
     b->n_fwd = 0;
+}
+
+static int seq_check(int seq, td_err *err) {
+    if (seq < 0 || seq >= TD_SEQ_MAX)
+        return td_err_set(err, TD_EINPUT, NAME ": sequence %d out of range (0..%d)", seq, TD_SEQ_MAX - 1);
+    return TD_OK;
+}
+
+static int cpu_seq_use(td_backend *base, int seq, td_err *err) {
+    cpu_backend *b = (cpu_backend *)base;
+    int rc = seq_check(seq, err);
+    if (!rc) b->s = &b->seqs[seq];
+    return rc;
+}
+
+static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
+    cpu_backend *b = (cpu_backend *)base;
+    int rc = seq_check(seq, err);
+    if (rc) return rc;
+    if (p0 < 0) return td_err_set(err, TD_EINPUT, NAME ": rollback to position %lld", (long long)p0);
+    cpu_seq *s = &b->seqs[seq];
+    if (p0 >= s->n_past) return TD_OK;
+    const int64_t dropped = s->n_past - p0;
+    // the history keeps what it still holds of the earlier positions
+    const int64_t keep = s->hist.n > dropped ? s->hist.n - dropped : 0;
+    s->hist.n = keep;
+    s->n_past = p0;
+    if (b->fault != TD_FAULT_ROLLBACK_STALE_KV) s->n_kv = p0;
+    return TD_OK;
+}
+
+static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
+    cpu_backend *b = (cpu_backend *)base;
+    int rc = seq_check(src, err);
+    if (!rc) rc = seq_check(dst, err);
+    if (rc || src == dst) return rc;
+    cpu_seq *s = &b->seqs[src], *d = &b->seqs[dst];
+    if (s->n_kv) kv_ensure(b, d, s->n_kv);
+    const size_t row = (size_t)b->hp.n_head_kv * b->hp.head_dim;
+    // seq_copy_short: the copy misses the source's last row, which it leaves empty
+    const int64_t rows = s->n_kv - (b->fault == TD_FAULT_SEQ_COPY_SHORT && s->n_kv > 0);
+    for (uint32_t l = 0; s->n_kv && l < b->hp.n_layer; l++) {
+        memcpy(d->k_cache[l], s->k_cache[l], (size_t)rows * row * sizeof(float));
+        memcpy(d->v_cache[l], s->v_cache[l], (size_t)rows * row * sizeof(float));
+        if (rows < s->n_kv) {
+            memset(d->k_cache[l] + rows * row, 0, row * sizeof(float));
+            memset(d->v_cache[l] + rows * row, 0, row * sizeof(float));
+        }
+    }
+    d->n_past = s->n_past;
+    d->n_kv = s->n_kv;
+    d->hist = s->hist;
+    return TD_OK;
 }
 
 static void free_layer(cpu_layer *l) {
@@ -834,14 +910,18 @@ static void cpu_close(td_backend *base) {
     cpu_backend *b = (cpu_backend *)base;
     if (!b) return;
     td_cpu_pool_free(b->pool);
-    for (uint32_t l = 0; b->k_cache && l < b->hp.n_layer; l++) free(b->k_cache[l]), free(b->v_cache[l]);
+    for (int i = 0; i < TD_SEQ_MAX; i++) {
+        cpu_seq *s = &b->seqs[i];
+        for (uint32_t l = 0; s->k_cache && l < b->hp.n_layer; l++) free(s->k_cache[l]), free(s->v_cache[l]);
+        free(s->k_cache), free(s->v_cache);
+    }
     for (uint32_t l = 0; b->layers && l < b->hp.n_layer; l++) free_layer(&b->layers[l]);
     for (int t = 0; t < b->n_threads; t++) {
         if (b->tile) free(b->tile[t]);
         if (b->rowbuf) free(b->rowbuf[t]);
         if (b->att) free(b->att[t]);
     }
-    free(b->k_cache), free(b->v_cache), free(b->layers), free(b->out_norm), free(b->rope_ff);
+    free(b->layers), free(b->out_norm), free(b->rope_ff);
     free(b->tile), free(b->rowbuf), free(b->att), free(b->segs);
     acts_free(&b->a);
     free(b);
@@ -969,7 +1049,11 @@ const td_backend_vt td_cpu_backend = {
               TD_FAULT_BIT(TD_FAULT_RMSNORM_EPS) | TD_FAULT_BIT(TD_FAULT_ROUTER_TIEBREAK) |
               TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
               TD_FAULT_BIT(TD_FAULT_KV_POS) | TD_FAULT_BIT(TD_FAULT_GQA_MAP_MOD) | TD_FAULT_BIT(TD_FAULT_ATTN_SCALE) |
-              TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT),
+              TD_FAULT_BIT(TD_FAULT_RESIDUAL_SKIP) | TD_FAULT_BIT(TD_FAULT_IQ_SIGN_BIT) |
+              TD_FAULT_BIT(TD_FAULT_ROLLBACK_STALE_KV) | TD_FAULT_BIT(TD_FAULT_SEQ_COPY_SHORT),
+    .seq_rm = cpu_seq_rm,
+    .seq_cp = cpu_seq_cp,
+    .seq_use = cpu_seq_use,
 };
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {
@@ -1035,8 +1119,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     b->max_segs = 2 * (int)hp->n_expert + 4;
     if (b->max_segs < 8) b->max_segs = 8;
     b->segs = td_xcalloc((size_t)b->max_segs, sizeof *b->segs);
-    b->k_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
-    b->v_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
+    b->s = &b->seqs[0];
 
     snprintf(b->version, sizeof b->version,
              "tapdiff " TD_VERSION " (" TD_GIT_REV ") cpu: profile %s, f32 KV cache, kernels %s, %d threads, "

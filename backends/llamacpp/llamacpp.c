@@ -434,10 +434,15 @@ typedef struct lc_backend {
     struct llama_context *lctx;
     struct llama_batch batch;
     int64_t n_ctx;  /* positions the caller may use */
-    int64_t n_past; /* positions consumed so far */
+    int64_t n_past; /* positions the current sequence consumed so far */
     int64_t n_vocab;
     int threads;
     td_hist hist;
+    /* state operations: the sequence forwards append to, and every
+     * sequence's positions and history while another is current */
+    int n_seq, seq;
+    int64_t seq_past[TD_SEQ_MAX];
+    td_hist seq_hist[TD_SEQ_MAX];
     char version[1024];
     lc_obs obs;
 } lc_backend;
@@ -888,7 +893,11 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     struct llama_context_params cp = llama_context_default_params();
     cp.n_ctx = (uint32_t)s->n_ctx;
     cp.n_batch = cp.n_ubatch = (uint32_t)s->n_ctx; // a prefill is one graph
-    cp.n_seq_max = 1;
+    s->n_seq = p && p->n_seq > 1 ? (int)p->n_seq : 1;
+    if (s->n_seq > TD_SEQ_MAX) s->n_seq = TD_SEQ_MAX;
+    cp.n_seq_max = (uint32_t)s->n_seq;
+    // one cache of n_ctx cells for all sequences, not n_ctx / n_seq_max each
+    if (s->n_seq > 1) cp.kv_unified = true;
     cp.n_threads = cp.n_threads_batch = s->threads;
     cp.flash_attn_type = s->flash_attn ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
     cp.offload_kqv = kind != LC_CPU;
@@ -943,7 +952,7 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
         bt->token[t] = tokens[t];
         bt->pos[t] = (llama_pos)(pos0 + t);
         bt->n_seq_id[t] = 1;
-        bt->seq_id[t][0] = 0;
+        bt->seq_id[t][0] = s->seq;
         bt->logits[t] = 1; // every position, else the last layer computes only the requested rows
     }
     td_fwd_tap_inputs(sink, tokens, T, pos0, pos32);
@@ -988,6 +997,75 @@ static void lc_reset(td_backend *b) {
     llama_memory_clear(llama_get_memory(s->lctx), true);
     s->n_past = 0;
     td_hist_reset(&s->hist);
+    s->seq = 0;
+    for (int i = 0; i < TD_SEQ_MAX; i++) s->seq_past[i] = 0, td_hist_reset(&s->seq_hist[i]);
+}
+
+/* The sequences llama.cpp was opened for (td_backend_params.n_seq). */
+static int lc_seq_check(const lc_backend *s, int seq, td_err *err) {
+    if (seq < 0 || seq >= s->n_seq)
+        return td_err_set(err, TD_EINPUT, "llamacpp: sequence %d out of range: the context holds %d (n_seq_max)", seq,
+                          s->n_seq);
+    return TD_OK;
+}
+
+/* The current sequence's counters live in n_past / hist; the others in seq_*. */
+static int64_t *lc_past(lc_backend *s, int seq) { return seq == s->seq ? &s->n_past : &s->seq_past[seq]; }
+static td_hist *lc_hist(lc_backend *s, int seq) { return seq == s->seq ? &s->hist : &s->seq_hist[seq]; }
+
+/* llama.cpp's own account of a sequence after an operation must match ours. */
+static int lc_seq_verify(lc_backend *s, int seq, const char *op, td_err *err) {
+    const llama_pos max = llama_memory_seq_pos_max(llama_get_memory(s->lctx), seq);
+    if ((int64_t)max + 1 != *lc_past(s, seq))
+        return td_err_set(err, TD_EINTERNAL,
+                          "llamacpp: after %s, llama_memory_seq_pos_max(seq %d) = %d: expected %lld", op, seq,
+                          (int)max, (long long)*lc_past(s, seq) - 1);
+    return TD_OK;
+}
+
+static int lc_seq_use(td_backend *b, int seq, td_err *err) {
+    lc_backend *s = (lc_backend *)b;
+    int rc = lc_seq_check(s, seq, err);
+    if (rc || seq == s->seq) return rc;
+    s->seq_past[s->seq] = s->n_past, s->seq_hist[s->seq] = s->hist;
+    s->seq = seq;
+    s->n_past = s->seq_past[seq], s->hist = s->seq_hist[seq];
+    return TD_OK;
+}
+
+static int lc_seq_rm(td_backend *b, int seq, int64_t p0, td_err *err) {
+    lc_backend *s = (lc_backend *)b;
+    int rc = lc_seq_check(s, seq, err);
+    if (rc) return rc;
+    int64_t *past = lc_past(s, seq);
+    if (p0 < 0 || p0 >= *past) return p0 < 0 ? td_err_set(err, TD_EINPUT, "llamacpp: rollback to %lld", (long long)p0) : TD_OK;
+    log_clear();
+    char why[512];
+    // the tail [p0, inf): a partial removal, which llama.cpp refuses for a
+    // recurrent state without rollback snapshots: this arm cannot do it (skip)
+    if (!llama_memory_seq_rm(llama_get_memory(s->lctx), seq, (llama_pos)p0, -1))
+        return td_err_set(err, TD_SKIP, "llamacpp: llama_memory_seq_rm(seq %d, %lld, -1) refused the rollback: %s",
+                          seq, (long long)p0, log_last(why, sizeof why));
+    td_hist *h = lc_hist(s, seq);
+    const int64_t dropped = *past - p0;
+    h->n = h->n > dropped ? h->n - dropped : 0;
+    *past = p0;
+    return lc_seq_verify(s, seq, "seq_rm", err);
+}
+
+static int lc_seq_cp(td_backend *b, int src, int dst, td_err *err) {
+    lc_backend *s = (lc_backend *)b;
+    int rc = lc_seq_check(s, src, err);
+    if (!rc) rc = lc_seq_check(s, dst, err);
+    if (rc || src == dst) return rc;
+    llama_memory_t mem = llama_get_memory(s->lctx);
+    // seq_cp adds src's cells to dst: what dst held must go first
+    if (!llama_memory_seq_rm(mem, dst, -1, -1))
+        return td_err_set(err, TD_EINTERNAL, "llamacpp: llama_memory_seq_rm(seq %d, -1, -1) refused", dst);
+    llama_memory_seq_cp(mem, src, dst, -1, -1);
+    *lc_past(s, dst) = *lc_past(s, src);
+    *lc_hist(s, dst) = *lc_hist(s, src);
+    return lc_seq_verify(s, dst, "seq_cp", err);
 }
 
 static const char *lc_version(const td_backend *b) {
@@ -1037,6 +1115,9 @@ const td_backend_vt td_llamacpp_backend = {
     .profile_of = lc_profile_of,
     .probe = lc_probe,
     .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION), // the node mapping knows attention blocks only
+    .seq_rm = lc_seq_rm,
+    .seq_cp = lc_seq_cp,
+    .seq_use = lc_seq_use,
 };
 
 /* The same adapter on llama.cpp's Vulkan backend (any Vulkan device,

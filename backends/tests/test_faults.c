@@ -89,6 +89,14 @@ static const expect k_expect[] = {
     {"kquant_scale_bit", "qwen3moe-q4_k", "qwen3moe", "blk.0.ffn_out", 0},
     {"iq_sign_bit", "llama-iq2_xxs", "llama", "blk.0.ffn_out", 0},
     {"iq_sign_bit", "qwen3moe-iq2_xxs", "qwen3moe", "blk.0.ffn_out", 0},
+    // cuda: the first RMSNorm of the forward reduces racily (the race shows on the device, see faults.c)
+    {"cuda_sync_missing", "llama-f32", "llama", "blk.0.attn_norm", 0},
+    {"cuda_sync_missing", "qwen3-f32", "qwen3", "blk.0.attn_norm", 0},
+    {"cuda_sync_missing", "qwen3moe-f32", "qwen3moe", "blk.0.attn_norm", 0},
+    // cuda: the scores are not tapped; prefill query t >= 1 reads scores of other positions
+    {"cuda_smem_stride", "llama-f32", "llama", "blk.0.attn_ctx", 0},
+    {"cuda_smem_stride", "qwen3-f32", "qwen3", "blk.0.attn_ctx", 0},
+    {"cuda_smem_stride", "qwen3moe-f32", "qwen3moe", "blk.0.attn_ctx", 0},
 };
 #define N_EXPECT (sizeof k_expect / sizeof k_expect[0])
 
@@ -167,10 +175,14 @@ Test(faults, catalog_matches_hand_worked_expectations) {
         covered[id] = 1;
     }
     for (int f = 1; f < TD_FAULT_COUNT; f++) {
-        cr_expect(covered[f], "fault %s has no conformance case", td_fault_get(f)->name);
+        // a state-operations fault is invisible to bisect: harness/tests/test_stateops.c localizes it
+        cr_expect(covered[f] || td_fault_get(f)->state_op, "fault %s has no conformance case", td_fault_get(f)->name);
         char who[128];
         td_fault_backends((td_fault)f, who, sizeof who);
-        cr_expect_str_neq(who, "none", "fault %s: no backend implements it", td_fault_get(f)->name);
+        // a device fault has no implementation in a build without its backend
+        const int device_only = !strncmp(td_fault_get(f)->name, "cuda_", 5) && !td_backend_find("cuda");
+        if (!device_only)
+            cr_expect_str_neq(who, "none", "fault %s: no backend implements it", td_fault_get(f)->name);
     }
     td_fault id;
     td_err err = {{0}};
@@ -186,9 +198,15 @@ static void fmt_num(char *s, size_t n, double x) {
     else snprintf(s, n, "%.3g", x);
 }
 
-/* Every backend but the oracle that implements at least one fault. */
+/* Every backend but the oracle that implements at least one fault and can
+ * run here (a GPU arm without its device is skipped, with a line saying so). */
 static int injectable(const td_backend_vt *vt) {
     if (!strcmp(vt->name, "ref")) return 0;
+    char why[256] = "";
+    if (vt->probe && vt->probe(why, sizeof why) != TD_OK) {
+        fprintf(stderr, "faults: backend %s skipped: %s\n", vt->name, why);
+        return 0;
+    }
     for (int f = 1; f < TD_FAULT_COUNT; f++)
         if (td_fault_implemented(vt, (td_fault)f)) return 1;
     return 0;

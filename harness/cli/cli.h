@@ -24,6 +24,7 @@ int td_cmd_tokenize(int argc, char **argv);
 int td_cmd_determinism(int argc, char **argv);
 int td_cmd_taps(int argc, char **argv);
 int td_cmd_backends(int argc, char **argv);
+int td_cmd_stateops(int argc, char **argv);
 
 /* The exact command line, for provenance attributes (set by main). */
 extern const char *td_cli_command_line;

@@ -26,6 +26,7 @@ static const subcommand commands[] = {
     {"tokenize", td_cmd_tokenize, "text -> token ids and pieces with the model's own tokenizer"},
     {"determinism", td_cmd_determinism, "run one arm N times on the same tokens; nondeterministic if any tap differs"},
     {"backends", td_cmd_backends, "the arms this build knows and whether each can run here (GPU, driver)"},
+    {"stateops", td_cmd_stateops, "rollback / sequence copy of one arm against the oracle's straight-line forward"},
 };
 
 static void usage(FILE *f) {
