@@ -9,7 +9,7 @@ PKGS=(
   libcjson-dev       # JSON output and reports
   libopenblas-dev    # cpu backend prefill GEMM
   libcriterion-dev   # tests
-  libmd-dev          # SHA-256 (model provenance)
+  libssl-dev         # SHA-256 (model provenance; OpenSSL uses the CPU's SHA extensions)
   libpcre2-dev       # tokenizer pre-tokenizer regexes
   python3-h5py python3-numpy   # tests check that h5py reads our tap files
   chromium           # the HTML report test renders the report headless

@@ -61,8 +61,15 @@ void td_abort_(const char *file, int line, const char *what)
     ;
 
 /* SHA-256 of a file (hex, 64 chars + NUL); used for model provenance and the
- * fixture manifest. */
+ * fixture manifest. A regular file that has not changed for a few seconds is
+ * remembered by identity (device, inode, size, mtime, ctime) in
+ * $XDG_CACHE_HOME/tapdiff/sha256 (else ~/.cache/tapdiff/sha256;
+ * TAPDIFF_HASH_CACHE=0: off), so a rerun on the same file does not rehash;
+ * *from_cache (when not NULL) says which happened. */
 int td_sha256_file(const char *path, char hex[65], td_err *err);
+int td_sha256_file_ex(const char *path, char hex[65], int *from_cache, td_err *err);
+/* Files hashed and hashes taken from the cache by this process. */
+void td_sha256_stats(long *hashed, long *cached);
 void td_sha256_buf(const void *data, size_t n, char hex[65]);
 
 /* mkdir -p: creates dir and its missing parents; TD_EINPUT naming the path

@@ -74,16 +74,64 @@ void td_taps_h5_quiet(void) {
 
 /* ---------------------------------------------------------------- reader */
 
+// The step td_tapfile_step_taps listed last: its group stays open and its
+// taps' checked attributes are kept, so reading their data does not open the
+// group and read every attribute of the tap again (that was most of what
+// compare spent per tap). Behind a pointer: the reading API takes a const
+// td_tapfile.
+typedef struct {
+    int64_t step;       // -1: none
+    hid_t g;
+    td_tap_info *taps;  // sorted by name
+    int64_t n;
+} step_cache;
+
 struct td_tapfile {
     char *path;
     hid_t file;
     hid_t steps;      // "/steps"
     int64_t n_steps;  // complete ones
     char note[512];
+    step_cache *sc;
 };
+
+static void cache_drop(step_cache *c) {
+    if (c->g >= 0) H5Gclose(c->g);
+    c->g = H5I_INVALID_HID;
+    free(c->taps);
+    c->taps = NULL;
+    c->n = 0;
+    c->step = -1;
+}
+
+static int by_name(const void *a, const void *b) {
+    return strcmp(((const td_tap_info *)a)->name, ((const td_tap_info *)b)->name);
+}
+
+static const td_tap_info *cache_find(const step_cache *c, int64_t step, const char *name) {
+    if (c->step != step || !c->taps) return NULL;
+    td_tap_info key;
+    if (strlen(name) >= sizeof key.name) return NULL;
+    strcpy(key.name, name);
+    return bsearch(&key, c->taps, (size_t)c->n, sizeof *c->taps, by_name);
+}
 
 static void step_name(char buf[32], int64_t index) {
     snprintf(buf, 32, "%06" PRId64, index);
+}
+
+// Why H5Aopen failed: the attribute is absent, or looking it up failed. Asked
+// only after a failure: a lookup before every open costs a second search of
+// the object header on every attribute of every tap.
+static int attr_missing(const char *path, hid_t obj, const char *where, const char *name, td_err *err) {
+    char why[512];
+    snprintf(why, sizeof why, "%s", td_taps_h5_last());
+    htri_t exists = H5Aexists(obj, name);
+    if (exists == 0) return td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' is missing", path, where, name);
+    if (exists < 0)
+        return td_err_set(err, TD_EINPUT, "tap file %s: %s: cannot look up attribute '%s' (%s)", path, where, name,
+                          td_taps_h5_last());
+    return td_err_set(err, TD_EINPUT, "tap file %s: %s: cannot read attribute '%s' (%s)", path, where, name, why);
 }
 
 // Reads attribute `name` of `obj` (described as `where` in messages) into
@@ -92,14 +140,9 @@ static void step_name(char buf[32], int64_t index) {
 static int attr_read(const char *path, hid_t obj, const char *where, const char *name, H5T_class_t cls,
                      hid_t mtype, hssize_t min_n, hssize_t max_n, void *buf, hssize_t *n, td_err *err) {
     const char *cls_name = cls == H5T_INTEGER ? "an integer" : cls == H5T_FLOAT ? "a float" : "a string";
-    htri_t exists;
     hid_t attr, type, space;
-    if (!H5OK(exists = H5Aexists(obj, name)))
-        return td_err_set(err, TD_EINPUT, "tap file %s: %s: cannot look up attribute '%s' (%s)", path, where, name,
-                          td_taps_h5_last());
-    if (!exists) return td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' is missing", path, where, name);
     int st = TD_EINPUT, reported = 0;
-    if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) goto out;
+    if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) return attr_missing(path, obj, where, name, err);
     if (!H5OK(type = H5Aget_type(attr))) goto close_attr;
     if (!H5OK(space = H5Aget_space(attr))) goto close_type;
     H5T_class_t got = H5Tget_class(type);
@@ -123,7 +166,6 @@ close_type:
     H5Tclose(type);
 close_attr:
     H5Aclose(attr);
-out:
     if (st != TD_OK && !reported)
         td_err_set(err, st, "tap file %s: %s: cannot read attribute '%s' (%s)", path, where, name, td_taps_h5_last());
     return st;
@@ -145,14 +187,9 @@ static int attr_f64(const char *path, hid_t obj, const char *where, const char *
 static int attr_string(const char *path, hid_t obj, const char *where, const char *name, char **out,
                        td_err *err) {
     *out = NULL;
-    htri_t exists;
     hid_t attr, type, space;
-    if (!H5OK(exists = H5Aexists(obj, name)))
-        return td_err_set(err, TD_EINPUT, "tap file %s: %s: cannot look up attribute '%s' (%s)", path, where, name,
-                          td_taps_h5_last());
-    if (!exists) return td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' is missing", path, where, name);
     int st = TD_EINPUT, reported = 0;
-    if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) goto out;
+    if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) return attr_missing(path, obj, where, name, err);
     if (!H5OK(type = H5Aget_type(attr))) goto close_attr;
     if (!H5OK(space = H5Aget_space(attr))) goto close_type;
     if (H5Tget_class(type) != H5T_STRING || H5Sget_simple_extent_npoints(space) != 1) {
@@ -187,13 +224,14 @@ close_type:
     H5Tclose(type);
 close_attr:
     H5Aclose(attr);
-out:
     if (st != TD_OK && !reported)
         td_err_set(err, st, "tap file %s: %s: cannot read attribute '%s' (%s)", path, where, name, td_taps_h5_last());
     return st;
 }
 
 static void tapfile_free(td_tapfile *f) {
+    if (f->sc) cache_drop(f->sc);
+    free(f->sc);
     if (f->steps >= 0) H5Gclose(f->steps);
     if (f->file >= 0) H5Fclose(f->file);
     free(f->path);
@@ -251,6 +289,9 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
     td_tapfile *f = td_xcalloc(1, sizeof *f);
     f->path = td_xstrdup(path);
     f->file = f->steps = H5I_INVALID_HID;
+    f->sc = td_xcalloc(1, sizeof *f->sc);
+    f->sc->step = -1;
+    f->sc->g = H5I_INVALID_HID;
     int st = TD_EINPUT;
     char *format = NULL;
     // HDF5's metadata cache grows with what was read (up to 32 MiB by
@@ -780,13 +821,21 @@ int td_tapfile_step_taps(const td_tapfile *f, int64_t step, td_tap_info **taps, 
                             name, t[i - 1].name, t[i].name, t[i].seq);
             goto out;
         }
+    cache_drop(f->sc);
+    f->sc->taps = td_xmalloc(sizeof *t * (size_t)(l.n ? l.n : 1));
+    memcpy(f->sc->taps, t, sizeof *t * (size_t)l.n);
+    qsort(f->sc->taps, (size_t)l.n, sizeof *t, by_name);
+    f->sc->n = l.n;
+    f->sc->step = step;
+    f->sc->g = g;
+    g = H5I_INVALID_HID;
     *taps = t;
     *n = l.n;
     t = NULL;
 out:
     free(t);
     td_tapfile_free_names(l.names, l.n);
-    H5Gclose(g);
+    if (g >= 0) H5Gclose(g);
     return st;
 }
 
@@ -811,11 +860,22 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
     char sname[32];
     hid_t g, dset;
     td_tap_info t;
-    int st = open_step(f, step, &g, sname, err);
-    if (st) return st;
-    if ((st = open_tap(f, g, sname, name, &dset, &t, err))) {
-        H5Gclose(g);
-        return st;
+    int st, own_g = 1;
+    const td_tap_info *known = name ? cache_find(f->sc, step, name) : NULL;
+    if (known) {
+        step_name(sname, step);
+        g = f->sc->g;
+        own_g = 0;
+        t = *known;
+        if (!H5OK(dset = H5Dopen2(g, name, H5P_DEFAULT)))
+            return td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, sname, name,
+                              td_taps_h5_last());
+    } else {
+        if ((st = open_step(f, step, &g, sname, err))) return st;
+        if ((st = open_tap(f, g, sname, name, &dset, &t, err))) {
+            H5Gclose(g);
+            return st;
+        }
     }
     st = TD_EINPUT;
     hid_t fspace = H5I_INVALID_HID, mspace = H5I_INVALID_HID;
@@ -847,13 +907,16 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
         st = TD_OK;
         goto out;
     }
-    hsize_t start[TD_TAP_MAX_DIMS] = {0}, cnt[TD_TAP_MAX_DIMS], mdim = want;
+    hsize_t start[TD_TAP_MAX_DIMS] = {0}, cnt[TD_TAP_MAX_DIMS];
     for (int d = 0; d < t.ndim; d++) cnt[d] = (hsize_t)t.shape[d];
     start[0] = (hsize_t)row0;
     cnt[0] = (hsize_t)n_rows;
+    // The memory space has the selection's shape: with another rank HDF5
+    // maps every element to its chunk one by one (H5S_select_iterate), which
+    // cost more than the decompression.
     if (!H5OK(fspace = H5Dget_space(dset)) ||
         !H5OK(H5Sselect_hyperslab(fspace, H5S_SELECT_SET, start, NULL, cnt, NULL)) ||
-        !H5OK(mspace = H5Screate_simple(1, &mdim, NULL)))
+        !H5OK(mspace = H5Screate_simple(t.ndim, cnt, NULL)))
         goto h5fail;
     if (t.dtype == TD_DT_F16 || t.dtype == TD_DT_BF16) {
         bits = td_xmalloc(want * sizeof *bits);
@@ -873,7 +936,7 @@ out:
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
     H5Dclose(dset);
-    H5Gclose(g);
+    if (own_g) H5Gclose(g);
     return st;
 }
 
