@@ -106,6 +106,13 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                                    "partial RoPE (R < D) rotates all D dims of each head",
                                    "blk.3.attn_q_rope", NULL, 0,
                                    "qwen3next-f32 (R = 16 < D = 64; block 3 is its attention block)"},
+    [TD_FAULT_GDN_ROLLBACK_STALE] = {TD_FAULT_GDN_ROLLBACK_STALE, "gdn_rollback_stale",
+                                     "a rollback moves the position back and drops the K/V rows but keeps the "
+                                     "recurrent (GDN conv and delta-rule) state of the dropped positions",
+                                     "blk.0.ssm_q", NULL, 7,
+                                     "qwen3next-f32, qwen3next-q8_0, through tapdiff stateops only (its default "
+                                     "script: the first decode after 'rollback 3')",
+                                     "decode 5"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {

@@ -52,6 +52,7 @@ typedef enum td_fault {
     TD_FAULT_GDN_DECAY_AFTER = 22,   /* delta rule: state decayed after the update instead of before */
     TD_FAULT_SHEXP_NO_SIGMOID = 23,  /* shared-expert gate used as w.x, without its sigmoid */
     TD_FAULT_ROPE_PARTIAL_ALL = 24,  /* partial RoPE (R < D) rotates all D dims */
+    TD_FAULT_GDN_ROLLBACK_STALE = 25, /* rollback restores the KV positions but not the recurrent (GDN) state */
     TD_FAULT_COUNT
 } td_fault;
 

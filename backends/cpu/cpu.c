@@ -66,14 +66,6 @@ typedef struct cpu_layer {
     float *shexp_gate;           // (E) shared-expert gate vector
 } cpu_layer;
 
-/* The recurrent part of one sequence's state (qwen3next's GDN layers; NULL
- * for attention layers), beside the KV cache and n_past: what a sequence
- * copy or rollback has to carry. */
-typedef struct cpu_rstate {
-    float **conv; // n_layer x (C, K-1): the last K-1 inputs m per channel, oldest first
-    float **ssm;  // n_layer x (Hv, dk, dk): S_h[i][j] at h*dk*dk + j*dk + i (llama.cpp's layout)
-} cpu_rstate;
-
 /* One 8-bit activation format of an input (act-q8): the td_cpu_xq8 arrays
  * and x' = d*q for the paths that read floats. */
 typedef struct cpu_q8 {
@@ -149,14 +141,23 @@ typedef struct mm_seg {
     int64_t task0, n_tasks;
 } mm_seg;
 
+/* Recurrent-state snapshots a sequence keeps, one per position a forward
+ * started at (slot pos % CPU_SNAPS): a rollback of a recurrent model can
+ * only land where one is, since the state keeps no per-position history. */
+#define CPU_SNAPS 8
+
 /* What one sequence holds: the state operations (backend.h) copy and cut
- * this and nothing else; a recurrent layer's state joins it here. */
+ * this and nothing else. */
 typedef struct cpu_seq {
     int64_t n_past; // positions consumed: the next forward's pos0
     int64_t n_kv;   // K/V rows written (n_past, unless a state fault left stale rows)
     int64_t kv_cap;
     float **k_cache, **v_cache; // n_layer x (kv_cap, Hkv*D), row = position; post-norm, post-RoPE keys
     td_hist hist;
+    // GDN layers (NULL until the sequence's first forward or copy; never on models without them)
+    float *rs;                    // (rs_n) every GDN layer's conv and recurrent state: see cpu_backend.rs_conv
+    float *snap;                  // (CPU_SNAPS, rs_n) rs as it was when a forward started at snap_pos
+    int64_t snap_pos[CPU_SNAPS];  // -1 = empty
 } cpu_seq;
 
 typedef struct cpu_backend {
@@ -178,7 +179,11 @@ typedef struct cpu_backend {
     cpu_seq *s;                 // the sequence forwards append to
     int64_t att_cap;            // score rows' length: the largest kv_cap of any sequence
     cpu_layer *layers;
-    cpu_rstate rs;              // GDN conv and recurrent state of the sequence
+    // where GDN layer l's state lies in a sequence's rs (-1 for other layers):
+    // conv (C, K-1), the last K-1 inputs m per channel, oldest first; ssm
+    // (Hv, dk, dk), S_h[i][j] at h*dk*dk + j*dk + i (llama.cpp's layout)
+    int64_t *rs_conv, *rs_ssm;
+    int64_t rs_n;               // floats of one sequence's recurrent state; 0 without GDN layers
     float *out_norm;            // (E)
     float *rope_ff;             // (R/2) or NULL
     int64_t max_in;
@@ -893,7 +898,7 @@ static void gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     tap2(sink, l, "ssm_beta", a->beta, T, Hv);
     tap2(sink, l, "ssm_gate", a->gam, T, Hv);
 
-    float *cs = b->rs.conv[l];
+    float *cs = b->s->rs + b->rs_conv[l];
     for (int64_t ch = 0; ch < C; ch++) {
         const float *w = CL->conv + ch * Kc;
         float *st = cs + ch * (Kc - 1);
@@ -921,7 +926,7 @@ static void gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
         l2norm_f32(a->qn + i * dk, dk, hp->rms_eps, b->fault == TD_FAULT_GDN_L2_EPS);
         l2norm_f32(a->kn + i * dk, dk, hp->rms_eps, b->fault == TD_FAULT_GDN_L2_EPS);
     }
-    float *S = b->rs.ssm[l];
+    float *S = b->s->rs + b->rs_ssm[l];
     for (int64_t h = 0; h < Hv; h++) {
         if (T > 1 && b->fault != TD_FAULT_GDN_DECAY_AFTER) gdn_chunked(b, S + h * dk * dk, h, T);
         else gdn_sequential(b, S + h * dk * dk, h, T);
@@ -1093,6 +1098,23 @@ static void kv_ensure(cpu_backend *b, cpu_seq *s, int64_t need) {
     }
 }
 
+/* The sequence's recurrent state, allocated (zero) on first use. */
+static void rs_ensure(const cpu_backend *b, cpu_seq *s) {
+    if (s->rs) return;
+    s->rs = td_xcalloc((size_t)b->rs_n, sizeof(float));
+    s->snap = td_xmalloc((size_t)(CPU_SNAPS * b->rs_n) * sizeof(float));
+    for (int i = 0; i < CPU_SNAPS; i++) s->snap_pos[i] = -1;
+}
+
+/* Before a forward from pos0: keep the state a rollback to pos0 restores. */
+static void rs_snapshot(const cpu_backend *b, cpu_seq *s, int64_t pos0) {
+    if (!b->rs_n) return;
+    rs_ensure(b, s);
+    const int i = (int)(pos0 % CPU_SNAPS);
+    memcpy(s->snap + i * b->rs_n, s->rs, (size_t)b->rs_n * sizeof(float));
+    s->snap_pos[i] = pos0;
+}
+
 static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink,
                        double *logits, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
@@ -1107,6 +1129,7 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
     b->n_fwd++;
     acts_ensure(b, T);
     kv_ensure(b, b->s, b->s->n_kv + T);
+    rs_snapshot(b, b->s, pos0);
     cpu_acts *a = &b->a;
     td_fwd_tap_inputs(sink, tokens, T, pos0, a->pos32);
 
@@ -1141,15 +1164,11 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
 /* Open / close                                                           */
 /* ===================================================================== */
 
-/* A new sequence: zero every GDN layer's conv and recurrent state. */
-static void rstate_zero(cpu_backend *b) {
-    const td_hparams *hp = &b->hp;
-    const size_t KDk = (size_t)hp->ssm_n_group * hp->ssm_d_state, C = 2 * KDk + hp->ssm_d_inner;
-    for (uint32_t l = 0; b->rs.conv && l < hp->n_layer; l++) {
-        if (b->rs.conv[l]) memset(b->rs.conv[l], 0, C * (hp->ssm_conv - 1) * sizeof(float));
-        if (b->rs.ssm[l])
-            memset(b->rs.ssm[l], 0, (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state * sizeof(float));
-    }
+/* An empty sequence's recurrent state: zero, no snapshots. */
+static void rs_clear(const cpu_backend *b, cpu_seq *s) {
+    if (!s->rs) return;
+    memset(s->rs, 0, (size_t)b->rs_n * sizeof(float));
+    for (int i = 0; i < CPU_SNAPS; i++) s->snap_pos[i] = -1;
 }
 
 static void cpu_reset(td_backend *base) {
@@ -1157,20 +1176,10 @@ static void cpu_reset(td_backend *base) {
     for (int i = 0; i < TD_SEQ_MAX; i++) {
         b->seqs[i].n_past = b->seqs[i].n_kv = 0;
         td_hist_reset(&b->seqs[i].hist);
+        rs_clear(b, &b->seqs[i]);
     }
     b->s = &b->seqs[0];
     b->n_fwd = 0;
-    rstate_zero(b);
-}
-
-/* The recurrent (GDN) state is one per backend and keeps no per-position
- * history, so a rollback or a copy cannot be honoured on such a model: the
- * operation is refused (skip), never applied to the KV cache alone. */
-static int seq_recurrent(const cpu_backend *b, td_err *err) {
-    for (uint32_t l = 0; b->rs.conv && l < b->hp.n_layer; l++)
-        if (b->rs.conv[l])
-            return td_err_set(err, TD_SKIP, NAME ": state operations on recurrent (GDN) layers are not implemented");
-    return TD_OK;
 }
 
 static int seq_check(int seq, td_err *err) {
@@ -1182,7 +1191,6 @@ static int seq_check(int seq, td_err *err) {
 static int cpu_seq_use(td_backend *base, int seq, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
     int rc = seq_check(seq, err);
-    if (!rc) rc = seq_recurrent(b, err);
     if (!rc) b->s = &b->seqs[seq];
     return rc;
 }
@@ -1190,11 +1198,25 @@ static int cpu_seq_use(td_backend *base, int seq, td_err *err) {
 static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
     int rc = seq_check(seq, err);
-    if (!rc) rc = seq_recurrent(b, err);
     if (rc) return rc;
     if (p0 < 0) return td_err_set(err, TD_EINPUT, NAME ": rollback to position %lld", (long long)p0);
     cpu_seq *s = &b->seqs[seq];
     if (p0 >= s->n_past) return TD_OK;
+    // recurrent state: zero for p0 = 0, else a snapshot taken at p0 (refused, with nothing changed, without one)
+    const int slot = (int)(p0 % CPU_SNAPS);
+    if (b->rs_n && p0 > 0 && (!s->snap || s->snap_pos[slot] != p0))
+        return td_err_set(err, TD_SKIP,
+                          NAME ": sequence %d: rollback from %lld to position %lld needs the recurrent (GDN) state "
+                          "there, and this arm keeps it only where one of the last %d positions' forwards started "
+                          "(not inside a multi-token forward)",
+                          seq, (long long)s->n_past, (long long)p0, CPU_SNAPS);
+    if (s->rs && b->fault != TD_FAULT_GDN_ROLLBACK_STALE) {
+        if (p0 == 0) memset(s->rs, 0, (size_t)b->rs_n * sizeof(float));
+        else memcpy(s->rs, s->snap + slot * b->rs_n, (size_t)b->rs_n * sizeof(float));
+    }
+    // snapshots past p0 are of dropped positions
+    for (int i = 0; s->snap && i < CPU_SNAPS; i++)
+        if (s->snap_pos[i] > p0) s->snap_pos[i] = -1;
     const int64_t dropped = s->n_past - p0;
     // the history keeps what it still holds of the earlier positions
     const int64_t keep = s->hist.n > dropped ? s->hist.n - dropped : 0;
@@ -1207,7 +1229,6 @@ static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
 static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
     cpu_backend *b = (cpu_backend *)base;
     int rc = seq_check(src, err);
-    if (!rc) rc = seq_recurrent(b, err);
     if (!rc) rc = seq_check(dst, err);
     if (rc || src == dst) return rc;
     cpu_seq *s = &b->seqs[src], *d = &b->seqs[dst];
@@ -1226,6 +1247,17 @@ static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
     d->n_past = s->n_past;
     d->n_kv = s->n_kv;
     d->hist = s->hist;
+    // the recurrent state, and its snapshots so that the copy rolls back as its source would
+    if (b->rs_n) {
+        rs_ensure(b, d);
+        if (s->rs) {
+            memcpy(d->rs, s->rs, (size_t)b->rs_n * sizeof(float));
+            memcpy(d->snap, s->snap, (size_t)(CPU_SNAPS * b->rs_n) * sizeof(float));
+            memcpy(d->snap_pos, s->snap_pos, sizeof d->snap_pos);
+        } else {
+            rs_clear(b, d);
+        }
+    }
     return TD_OK;
 }
 
@@ -1243,10 +1275,10 @@ static void cpu_close(td_backend *base) {
         cpu_seq *s = &b->seqs[i];
         for (uint32_t l = 0; s->k_cache && l < b->hp.n_layer; l++) free(s->k_cache[l]), free(s->v_cache[l]);
         free(s->k_cache), free(s->v_cache);
+        free(s->rs), free(s->snap);
     }
     for (uint32_t l = 0; b->layers && l < b->hp.n_layer; l++) free_layer(&b->layers[l]);
-    for (uint32_t l = 0; b->rs.conv && l < b->hp.n_layer; l++) free(b->rs.conv[l]), free(b->rs.ssm[l]);
-    free(b->rs.conv), free(b->rs.ssm);
+    free(b->rs_conv), free(b->rs_ssm);
     for (int t = 0; t < b->n_threads; t++) {
         if (b->tile) free(b->tile[t]);
         if (b->rowbuf) free(b->rowbuf[t]);
@@ -1420,7 +1452,7 @@ const td_backend_vt td_cpu_backend = {
               TD_FAULT_BIT(TD_FAULT_ODDBLOCK_Q8_0) |
               TD_FAULT_BIT(TD_FAULT_GDN_L2_EPS) | TD_FAULT_BIT(TD_FAULT_GDN_CHUNK) | TD_FAULT_BIT(TD_FAULT_CONV_SHIFT) |
               TD_FAULT_BIT(TD_FAULT_GDN_DECAY_AFTER) | TD_FAULT_BIT(TD_FAULT_SHEXP_NO_SIGMOID) |
-              TD_FAULT_BIT(TD_FAULT_ROPE_PARTIAL_ALL),
+              TD_FAULT_BIT(TD_FAULT_ROPE_PARTIAL_ALL) | TD_FAULT_BIT(TD_FAULT_GDN_ROLLBACK_STALE),
     .seq_rm = cpu_seq_rm,
     .seq_cp = cpu_seq_cp,
     .seq_use = cpu_seq_use,
@@ -1499,13 +1531,16 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     if (b->max_segs < 8) b->max_segs = 8;
     b->segs = td_xcalloc((size_t)b->max_segs, sizeof *b->segs);
     b->s = &b->seqs[0];
-    b->rs.conv = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
-    b->rs.ssm = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(float *));
+    b->rs_conv = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(int64_t));
+    b->rs_ssm = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(int64_t));
     for (uint32_t l = 0; l < hp->n_layer; l++) {
+        b->rs_conv[l] = b->rs_ssm[l] = -1;
         if (m->layers[l].kind != TD_LAYER_GDN) continue;
-        const size_t C = 2 * (size_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
-        b->rs.conv[l] = td_xcalloc(C * (hp->ssm_conv - 1) + 1, sizeof(float));
-        b->rs.ssm[l] = td_xcalloc((size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state, sizeof(float));
+        const int64_t C = 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
+        b->rs_conv[l] = b->rs_n;
+        b->rs_n += C * (hp->ssm_conv - 1) + 1; // +1: a kernel of one tap keeps no inputs
+        b->rs_ssm[l] = b->rs_n;
+        b->rs_n += (int64_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state;
     }
 
     snprintf(b->version, sizeof b->version,
