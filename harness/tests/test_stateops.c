@@ -1,7 +1,8 @@
 /* The state-operations check (harness/stateops.h, `tapdiff stateops`): the
  * script parser refuses what it cannot run; cpu and llamacpp arms pass the
  * default script and a copy-over-a-used-sequence script on llama, qwen3 and
- * qwen3moe fixtures and stories260K (the oracle's straight-line forward is
+ * qwen3moe fixtures and stories260K, and on qwen3next (recurrent) ones the
+ * rollbacks the arm can honour (the oracle's straight-line forward is
  * the independent source); each state fault of the catalog is localized at
  * the operation and step the catalog names; an arm without state operations
  * is a skip (77). */
@@ -26,6 +27,16 @@ static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 #define SCRIPT_REUSE                                                                                               \
     "prefill; decode 2; copy 0 1; decode 3 on 1; copy 0->1; decode 2 on 1; rollback 4 on 0; decode 2 on 0; "       \
     "copy 1 0; decode 2 on 0; use 2; feed 5,6,7; decode 2; rollback 5; feed 9; decode 1"
+
+/* Recurrent (GDN) fixtures: rollbacks only to where a forward started
+ * (the cpu arm's snapshots) or to 0, copies onto fresh and used sequences. */
+#define SCRIPT_GDN                                                                                                 \
+    "prefill; decode 3; copy 0 1; decode 4 on 1; rollback 2 on 1; decode 2 on 1; rollback 1 on 0; decode 2 on 0; " \
+    "copy 1->0; decode 1 on 0; use 2; feed 5,6,7; decode 2; rollback 5; feed 9; decode 1"
+/* Copies and no rollback: what llama.cpp does on a recurrent model. */
+#define SCRIPT_COPY_ONLY "prefill; decode 2; copy 0 1; decode 3 on 1; decode 2 on 0; copy 1 0; decode 1 on 0"
+
+static const char *const k_gdn_fixtures[] = {"qwen3next-f32", "qwen3next-q8_0"};
 
 static const char *const k_fixtures[] = {"llama-f32", "qwen3-f32", "qwen3moe-f32", "llama-q8_0"};
 #define N_FIXTURES (sizeof k_fixtures / sizeof k_fixtures[0])
@@ -107,6 +118,42 @@ Test(stateops, cpu_conformant_on_fixtures_and_stories, .init = make_tmpdir, .fin
     conformant_matrix("cpu");
 }
 
+/* A rollback past the arm's recurrent-state snapshots (here: into the
+ * prefill) is refused with a skip that says why; nothing is misjudged. */
+static void expect_refused(const char *model, const char *arm, const char *script, const char *why) {
+    const char *args[] = {"stateops", "--model", model,  "--arm", arm,      "--tokens", PROMPT,
+                          "--threads", "1",      "--taps", "none", "--script", script,   NULL};
+    char *out = NULL, *err = NULL;
+    const int rc = td_test_tapdiff_run(tmpdir, &out, &err, args);
+    cr_expect_eq(rc, 77, "%s on %s (%s): exit %d: %s %s", arm, model, script, rc, out, err);
+    cr_expect(strstr(err, why) != NULL, "%s on %s: expected '%s' in: %s", arm, model, why, err);
+    free(out), free(err);
+}
+
+Test(stateops, cpu_conformant_on_recurrent_fixtures, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600) {
+    for (size_t i = 0; i < sizeof k_gdn_fixtures / sizeof k_gdn_fixtures[0]; i++) {
+        const char *m = td_test_fixture(tmpdir, k_gdn_fixtures[i]);
+        expect_conformant(m, "cpu", NULL, 0);
+        expect_conformant(m, "cpu", SCRIPT_GDN, 0);
+        expect_conformant(m, "cpu", SCRIPT_GDN, 1);
+        expect_refused(m, "cpu", "prefill; decode 2; rollback 4", "needs the recurrent (GDN) state there");
+    }
+}
+
+/* llama.cpp at the peer revision keeps no recurrent snapshots: a partial
+ * rollback is refused (77), copies and a rollback to 0 run. */
+Test(stateops, llamacpp_on_recurrent_fixtures_copies_and_refuses_partial_rollback, .init = make_tmpdir,
+     .fini = remove_tmpdir, .timeout = 600) {
+    const td_backend_vt *vt = td_backend_find("llamacpp");
+    if (!vt) cr_skip_test("the llamacpp arm is not built (%s)", td_backend_absent_reason("llamacpp"));
+    char why[512];
+    if (vt->probe && vt->probe(why, sizeof why) != TD_OK) cr_skip_test("llamacpp cannot run here: %s", why);
+    const char *m = td_test_fixture(tmpdir, "qwen3next-f32");
+    expect_conformant(m, "llamacpp", SCRIPT_COPY_ONLY, 0);
+    expect_conformant(m, "llamacpp", "prefill; decode 2; rollback 10; prefill 3; decode 2", 0);
+    expect_refused(m, "llamacpp", "prefill; decode 2; rollback 1", "refused the rollback");
+}
+
 Test(stateops, llamacpp_conformant_on_fixtures_and_stories, .init = make_tmpdir, .fini = remove_tmpdir,
      .timeout = 600) {
     const td_backend_vt *vt = td_backend_find("llamacpp");
@@ -123,21 +170,25 @@ Test(stateops, each_state_fault_is_localized_at_its_operation_and_step, .init = 
         const td_fault_info *fi = td_fault_get((td_fault)f);
         if (!fi->state_op) continue;
         n_faults++;
+        // a recurrent-state fault shows on the recurrent fixtures only
+        const int gdn = strstr(fi->fixtures, "qwen3next") != NULL;
+        const char *const *fx = gdn ? k_gdn_fixtures : k_fixtures;
+        const size_t n_fx = gdn ? sizeof k_gdn_fixtures / sizeof *k_gdn_fixtures : N_FIXTURES;
         char want[160], want_tap[160];
         snprintf(want, sizeof want, "'%s': step %d, ", fi->state_op, fi->first_step);
         snprintf(want_tap, sizeof want_tap, ": %s budget", fi->first_tap);
         // with taps: the catalog's tap; on the logits only: the same operation and step
         for (int taps = 1; taps >= 0; taps--)
-            for (size_t i = 0; i < N_FIXTURES; i++) {
+            for (size_t i = 0; i < n_fx; i++) {
                 if (taps && i >= 2) continue; // one tap file per step is slow: llama and qwen3 show the tap
-                const char *m = td_test_fixture(tmpdir, k_fixtures[i]);
+                const char *m = td_test_fixture(tmpdir, fx[i]);
                 char *out = NULL;
                 int rc = stateops(m, "cpu", NULL, fi->name, taps, &out);
                 const char *v = strstr(out, "verdict:");
-                fprintf(stderr, "%-18s %-13s taps %d exit %d %s", fi->name, k_fixtures[i], taps, rc, v ? v : out);
-                cr_expect_eq(rc, 1, "%s on %s: exit %d (expected divergent): %s", fi->name, k_fixtures[i], rc, out);
+                fprintf(stderr, "%-18s %-13s taps %d exit %d %s", fi->name, fx[i], taps, rc, v ? v : out);
+                cr_expect_eq(rc, 1, "%s on %s: exit %d (expected divergent): %s", fi->name, fx[i], rc, out);
                 cr_expect(strstr(out, "DIVERGENT") && strstr(out, want) && strstr(out, taps ? want_tap : ": out.logits "),
-                          "%s on %s (taps %d): expected %s%s in: %s", fi->name, k_fixtures[i], taps, want,
+                          "%s on %s (taps %d): expected %s%s in: %s", fi->name, fx[i], taps, want,
                           taps ? want_tap : "out.logits", out);
                 free(out);
             }
