@@ -6,8 +6,10 @@
  * This is the algorithmic reference, the oracle the other arms are measured
  * against, and it refuses to be anything else: plain scalar C that follows
  * ../shared/spec/primitives.md and arch-{llama,qwen3,qwen3moe}.md line by
- * line. No SIMD, no threads, no blocking, no fused kernels; every sum runs in
- * index order, so a run is bit-reproducible. Weights stay in the mapped file:
+ * line. No SIMD, no blocking, no fused kernels; every sum runs in index
+ * order, so a run is bit-reproducible. Threads (--threads) only split a
+ * matmul's output rows into contiguous ranges, one per worker: each output is
+ * still one sequential dot product, so any thread count gives the same bits. Weights stay in the mapped file:
  * a weight row is decoded into one scratch row when it is needed and, for a
  * prefill of T tokens, used for all T tokens before the next row is decoded.
  * No weight matrix is ever copied, so memory is the mapping + activations +
@@ -27,6 +29,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "ref_pool.h"
 #include "reference.h"
 #include "td_config.h"
 
@@ -225,7 +228,10 @@ typedef struct ref_backend {
     real **v_cache;  // n_layer x (kv_cap, Hkv*D)
     real *att;       // (kv_cap) attention scores of one (token, head)
     td_hist hist;    // last tokens consumed (hist.tokens)
-    real *row;       // (max_in) one decoded weight row
+    real *row;       // (n_threads, max_in) one decoded weight row per worker
+    td_ref_pool *pool; // workers of the matmuls (threads of td_backend_params)
+    int *mm_rc;        // (n_threads) each worker's status in the current matmul
+    td_err *mm_err;    // (n_threads)
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
     int64_t max_in, max_out;
@@ -338,6 +344,41 @@ static void kv_ensure(ref_backend *r, int64_t need) {
 /* Weights: row-by-row decoding straight from the mapping                 */
 /* ===================================================================== */
 
+/* One matmul shared by the workers: worker w computes the output rows
+ * [w*n_out/n, (w+1)*n_out/n), each one dot product in index order, so the
+ * split never changes a bit. */
+typedef struct mm_job {
+    ref_backend *r;
+    real *out;
+    const real *in, *bias;
+    const td_tensor *W;
+    int64_t row0, T, n_in, n_out;
+    int mm16, acc16;
+    int *rc;     // (n_workers)
+    td_err *err; // (n_workers)
+} mm_job;
+
+static void mm_worker(void *ctx, int w, int nw) {
+    mm_job *j = ctx;
+    const int64_t n_in = j->n_in, n_out = j->n_out, T = j->T;
+    const int64_t o0 = n_out * w / nw, o1 = n_out * (w + 1) / nw;
+    real *row = j->r->row + (int64_t)w * j->r->max_in;
+    j->rc[w] = TD_OK;
+    for (int64_t o = o0; o < o1; o++) {
+        int rc = REAL_DECODE_ROW(j->W, (uint64_t)(j->row0 + o), row, &j->err[w]);
+        if (rc) {
+            j->rc[w] = rc;
+            return;
+        }
+        if (j->mm16) ACT_ROUND(row, row, n_in, TD_ACT_F16);
+        for (int64_t t = 0; t < T; t++) {
+            real s = j->acc16 ? dot_acc16(row, j->in + t * n_in, n_in) : dot(row, j->in + t * n_in, n_in);
+            if (j->bias) s += j->bias[o];
+            j->out[t * n_out + o] = s;
+        }
+    }
+}
+
 /* out (T, n_out) = in (T, n_in) . W[row0 .. row0+n_out)^T (+ b[row0 .. row0+n_out)).
  * W has rows of n_in values (GGUF {n_in, n_out, ...}; an expert e of a 3-D
  * tensor starts at row0 = e*n_out). Each row is decoded once for all T. */
@@ -374,16 +415,17 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
             in = r->qin;
         }
     }
-    for (int64_t o = 0; o < n_out; o++) {
-        int rc = REAL_DECODE_ROW(W, (uint64_t)(row0 + o), r->row, err);
-        if (rc) return rc;
-        if (mm16) ACT_ROUND(r->row, r->row, n_in, TD_ACT_F16);
-        for (int64_t t = 0; t < T; t++) {
-            real s = acc16 ? dot_acc16(r->row, in + t * n_in, n_in) : dot(r->row, in + t * n_in, n_in);
-            if (bias) s += bias[o];
-            out[t * n_out + o] = s;
+    mm_job job = {.r = r, .out = out, .in = in, .W = W, .bias = bias, .row0 = row0, .T = T, .n_in = n_in,
+                  .n_out = n_out, .mm16 = mm16, .acc16 = acc16};
+    const int nw = td_ref_pool_size(r->pool);
+    job.rc = r->mm_rc;
+    job.err = r->mm_err;
+    td_ref_pool_run(r->pool, mm_worker, &job);
+    for (int w = 0; w < nw; w++) // the first failing range, as one thread would report it
+        if (r->mm_rc[w]) {
+            if (err) *err = r->mm_err[w];
+            return r->mm_rc[w];
         }
-    }
     return TD_OK;
 }
 
@@ -828,6 +870,7 @@ static void ref_close(td_backend *b) {
     free(r->k_cache), free(r->v_cache), free(r->att);
     free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin), free(r->k16), free(r->v16);
     acts_free(&r->a);
+    td_ref_pool_free(r->pool), free(r->mm_rc), free(r->mm_err);
     free(r);
 }
 
@@ -972,7 +1015,11 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
     r->max_in = max3(max3(E, HD, F), Fs, VD);
     r->max_in = max3(r->max_in, hp->ssm_conv, 1);
     r->max_out = max3(max3(E, QKV, F), max3(Fs, C, 2 * HD), 1);
-    r->row = td_xcalloc((size_t)r->max_in, sizeof(real));
+    // threads 0 (the backend default) is one: the oracle stays sequential unless asked
+    r->pool = td_ref_pool_new(p && p->threads > 1 ? p->threads : 1);
+    r->row = td_xcalloc((size_t)td_ref_pool_size(r->pool) * r->max_in, sizeof(real));
+    r->mm_rc = td_xcalloc((size_t)td_ref_pool_size(r->pool), sizeof(int));
+    r->mm_err = td_xcalloc((size_t)td_ref_pool_size(r->pool), sizeof(td_err));
     r->bias = td_xcalloc((size_t)r->max_out, sizeof(real));
     r->normw = td_xcalloc((size_t)max3(E, hp->head_dim, hp->ssm_d_state), sizeof(real));
     r->vec = td_xcalloc((size_t)max3(E, hp->ssm_dt_rank, 1), sizeof(real));
