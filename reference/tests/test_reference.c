@@ -867,7 +867,8 @@ static void assert_tapfiles_bitwise_equal(const char *h5a, const char *h5b, cons
     td_tapfile_close(fa), td_tapfile_close(fb);
 }
 
-static void check_threads_bitwise(const char *model_path, const char *backend) {
+/* profile NULL: the default. */
+static void check_threads_bitwise(const char *model_path, const char *backend, const char *profile) {
     const char *bin = tapdiff_bin();
     char h5[3][400], cmd[2048];
     const int threads[3] = {1, 2, 3};
@@ -876,15 +877,16 @@ static void check_threads_bitwise(const char *model_path, const char *backend) {
         // a 5-token prefill (T > 1: every matmul's rows x tokens) and 3 decode steps
         snprintf(cmd, sizeof cmd,
                  "'%s' run --model '%s' --backend %s --threads %d --tokens 1,7,2,9,4 --steps 3 --taps full --out '%s' "
-                 "2>&1",
-                 bin, model_path, backend, threads[i], h5[i]);
+                 "%s%s 2>&1",
+                 bin, model_path, backend, threads[i], h5[i], profile ? "--profile " : "", profile ? profile : "");
         char *out = NULL;
         cr_assert_eq(run_cmd(cmd, &out), 0, "%s:\n%s", cmd, out);
         free(out);
     }
     char what[600];
     for (int i = 1; i < 3; i++) {
-        snprintf(what, sizeof what, "%s %s threads 1 vs %d", model_path, backend, threads[i]);
+        snprintf(what, sizeof what, "%s %s %s threads 1 vs %d", model_path, backend, profile ? profile : "",
+                 threads[i]);
         assert_tapfiles_bitwise_equal(h5[0], h5[i], what);
     }
 }
@@ -904,12 +906,22 @@ ParameterizedTest(int *ix, reference, threads_are_bitwise_identical, .init = mak
     char path[512];
     td_err err = {{0}};
     cr_assert_eq(td_fixture_write(c->fixture, tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
-    check_threads_bitwise(path, c->backend);
+    check_threads_bitwise(path, c->backend, NULL);
+}
+
+/* The profile's f16 paths (rounded rows, f16 sums, f16 attention) split the
+ * same way. */
+Test(reference, threads_are_bitwise_identical_f16_profile, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("llama-q4_k", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    check_threads_bitwise(path, "ref", "attn-f16+mm-f16@1+acc-f16");
+    check_threads_bitwise(path, "ref32", "attn-f16+mm-f16@1+acc-f16");
 }
 
 Test(reference, threads_are_bitwise_identical_stories260K, .init = make_tmpdir, .fini = remove_tmpdir) {
     const char *path = stories_path();
     if (!path) cr_skip_test("stories260K.gguf is not in $TD_SHARED/models");
-    check_threads_bitwise(path, "ref");
-    check_threads_bitwise(path, "ref32");
+    check_threads_bitwise(path, "ref", NULL);
+    check_threads_bitwise(path, "ref32", NULL);
 }
