@@ -6,8 +6,11 @@
  * This is the algorithmic reference, the oracle the other arms are measured
  * against, and it refuses to be anything else: plain scalar C that follows
  * ../shared/spec/primitives.md and arch-{llama,qwen3,qwen3moe}.md line by
- * line. No SIMD, no threads, no blocking, no fused kernels; every sum runs in
- * index order, so a run is bit-reproducible. Weights stay in the mapped file:
+ * line. No SIMD, no blocking, no fused kernels; every sum runs in index
+ * order, so a run is bit-reproducible. Threads (--threads) only split a
+ * matmul's output rows, and attention's (token, head) pairs, into contiguous
+ * ranges, one per worker: each output is still computed by one worker in the
+ * sequential order, so any thread count gives the same bits. Weights stay in the mapped file:
  * a weight row is decoded into one scratch row when it is needed and, for a
  * prefill of T tokens, used for all T tokens before the next row is decoded.
  * No weight matrix is ever copied, so memory is the mapping + activations +
@@ -27,6 +30,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "ref_pool.h"
 #include "reference.h"
 #include "td_config.h"
 
@@ -140,25 +144,38 @@ void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_
     }
 }
 
-void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
-                   int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+/* Attention of the (token, head) pairs i = t*H + h in [i0, i1), each pair on
+ * its own: its scores in att, its output row in out, nothing shared. So
+ * splitting the pairs between threads cannot change a bit. probs16: the
+ * probabilities (and with acc16 every scores/context partial sum) rounded to
+ * f16 (profile attn-f16). */
+static void attention_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
+                            int64_t H, int64_t Hkv, int64_t D, int64_t i0, int64_t i1, int probs16, int acc16) {
     // out, q: (T, H*D); k, v: (n_kv, Hkv*D), row s = position s; att: (pos[t]+1)
     const real scale = 1 / R_SQRT((real)D);
-    for (int64_t t = 0; t < T; t++) {
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / H, h = i % H;
         const int64_t n = pos[t] + 1; // causal: positions 0..pos[t], the token itself included
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
-            const real *qh = q + (t * H + h) * D;
-            for (int64_t s = 0; s < n; s++) att[s] = scale * dot(qh, k + (s * Hkv + g) * D, D);
-            FN(softmax)(att, att, n);
-            real *oh = out + (t * H + h) * D;
-            for (int64_t d = 0; d < D; d++) oh[d] = 0;
-            for (int64_t s = 0; s < n; s++) {
-                const real *vs = v + (s * Hkv + g) * D;
-                for (int64_t d = 0; d < D; d++) oh[d] += att[s] * vs[d];
+        const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
+        const real *qh = q + (t * H + h) * D;
+        for (int64_t s = 0; s < n; s++) att[s] = scale * (acc16 ? dot_acc16 : dot)(qh, k + (s * Hkv + g) * D, D);
+        FN(softmax)(att, att, n);
+        if (probs16) ACT_ROUND(att, att, n, TD_ACT_F16);
+        real *oh = out + (t * H + h) * D;
+        for (int64_t d = 0; d < D; d++) oh[d] = 0;
+        for (int64_t s = 0; s < n; s++) {
+            const real *vs = v + (s * Hkv + g) * D;
+            for (int64_t d = 0; d < D; d++) {
+                oh[d] += att[s] * vs[d];
+                if (acc16) ACT_ROUND(&oh[d], &oh[d], 1, TD_ACT_F16);
             }
         }
     }
+}
+
+void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
+                   int64_t T, int64_t H, int64_t Hkv, int64_t D) {
+    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0, 0);
 }
 
 void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
@@ -223,9 +240,12 @@ typedef struct ref_backend {
     int64_t kv_cap;  // positions allocated so far (grows up to n_ctx)
     real **k_cache;  // n_layer x (kv_cap, Hkv*D): post-norm, post-RoPE keys, row = position
     real **v_cache;  // n_layer x (kv_cap, Hkv*D)
-    real *att;       // (kv_cap) attention scores of one (token, head)
+    real *att;       // (n_threads, kv_cap) attention scores of one (token, head) per worker
     td_hist hist;    // last tokens consumed (hist.tokens)
-    real *row;       // (max_in) one decoded weight row
+    real *row;       // (n_threads, max_in) one decoded weight row per worker
+    td_ref_pool *pool; // workers of matmuls and attention (threads of td_backend_params)
+    int *mm_rc;        // (n_threads) each worker's status in the current matmul
+    td_err *mm_err;    // (n_threads)
     real *bias;      // (max_out) one decoded bias vector
     real *normw;     // (max(E, D)) one decoded norm weight
     int64_t max_in, max_out;
@@ -326,7 +346,7 @@ static void kv_ensure(ref_backend *r, int64_t need) {
         r->k_cache[l] = td_xrealloc(r->k_cache[l], (size_t)cap * row);
         r->v_cache[l] = td_xrealloc(r->v_cache[l], (size_t)cap * row);
     }
-    r->att = td_xrealloc(r->att, (size_t)cap * sizeof(real));
+    r->att = td_xrealloc(r->att, (size_t)td_ref_pool_size(r->pool) * cap * sizeof(real)); // a row per worker
     if (r->profile.rules & TD_RULE_ATTN_F16) {
         r->k16 = td_xrealloc(r->k16, (size_t)cap * row);
         r->v16 = td_xrealloc(r->v16, (size_t)cap * row);
@@ -337,6 +357,41 @@ static void kv_ensure(ref_backend *r, int64_t need) {
 /* ===================================================================== */
 /* Weights: row-by-row decoding straight from the mapping                 */
 /* ===================================================================== */
+
+/* One matmul shared by the workers: worker w computes the output rows
+ * [w*n_out/n, (w+1)*n_out/n), each one dot product in index order, so the
+ * split never changes a bit. */
+typedef struct mm_job {
+    ref_backend *r;
+    real *out;
+    const real *in, *bias;
+    const td_tensor *W;
+    int64_t row0, T, n_in, n_out;
+    int mm16, acc16;
+    int *rc;     // (n_workers)
+    td_err *err; // (n_workers)
+} mm_job;
+
+static void mm_worker(void *ctx, int w, int nw) {
+    mm_job *j = ctx;
+    const int64_t n_in = j->n_in, n_out = j->n_out, T = j->T;
+    const int64_t o0 = n_out * w / nw, o1 = n_out * (w + 1) / nw;
+    real *row = j->r->row + (int64_t)w * j->r->max_in;
+    j->rc[w] = TD_OK;
+    for (int64_t o = o0; o < o1; o++) {
+        int rc = REAL_DECODE_ROW(j->W, (uint64_t)(j->row0 + o), row, &j->err[w]);
+        if (rc) {
+            j->rc[w] = rc;
+            return;
+        }
+        if (j->mm16) ACT_ROUND(row, row, n_in, TD_ACT_F16);
+        for (int64_t t = 0; t < T; t++) {
+            real s = j->acc16 ? dot_acc16(row, j->in + t * n_in, n_in) : dot(row, j->in + t * n_in, n_in);
+            if (j->bias) s += j->bias[o];
+            j->out[t * n_out + o] = s;
+        }
+    }
+}
 
 /* out (T, n_out) = in (T, n_in) . W[row0 .. row0+n_out)^T (+ b[row0 .. row0+n_out)).
  * W has rows of n_in values (GGUF {n_in, n_out, ...}; an expert e of a 3-D
@@ -374,16 +429,17 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
             in = r->qin;
         }
     }
-    for (int64_t o = 0; o < n_out; o++) {
-        int rc = REAL_DECODE_ROW(W, (uint64_t)(row0 + o), r->row, err);
-        if (rc) return rc;
-        if (mm16) ACT_ROUND(r->row, r->row, n_in, TD_ACT_F16);
-        for (int64_t t = 0; t < T; t++) {
-            real s = acc16 ? dot_acc16(r->row, in + t * n_in, n_in) : dot(r->row, in + t * n_in, n_in);
-            if (bias) s += bias[o];
-            out[t * n_out + o] = s;
+    mm_job job = {.r = r, .out = out, .in = in, .W = W, .bias = bias, .row0 = row0, .T = T, .n_in = n_in,
+                  .n_out = n_out, .mm16 = mm16, .acc16 = acc16};
+    const int nw = td_ref_pool_size(r->pool);
+    job.rc = r->mm_rc;
+    job.err = r->mm_err;
+    td_ref_pool_run(r->pool, mm_worker, &job);
+    for (int w = 0; w < nw; w++) // the first failing range, as one thread would report it
+        if (r->mm_rc[w]) {
+            if (err) *err = r->mm_err[w];
+            return r->mm_rc[w];
         }
-    }
     return TD_OK;
 }
 
@@ -410,31 +466,23 @@ static void tap2(td_tap_sink *s, int layer, const char *name, const real *data, 
 /* The forward                                                            */
 /* ===================================================================== */
 
-/* FN(attention) with the softmax probabilities rounded to f16 before they
- * weight V (profile attn-f16: the context matmul's B operand in f16 tiles). */
-static void attention_probs_f16(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
-                                int64_t T, int64_t H, int64_t Hkv, int64_t D, int acc16) {
-    const real scale = 1 / R_SQRT((real)D);
-    for (int64_t t = 0; t < T; t++) {
-        const int64_t n = pos[t] + 1;
-        for (int64_t h = 0; h < H; h++) {
-            const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
-            const real *qh = q + (t * H + h) * D;
-            for (int64_t s = 0; s < n; s++)
-                att[s] = scale * (acc16 ? dot_acc16 : dot)(qh, k + (s * Hkv + g) * D, D);
-            FN(softmax)(att, att, n);
-            ACT_ROUND(att, att, n, TD_ACT_F16);
-            real *oh = out + (t * H + h) * D;
-            for (int64_t d = 0; d < D; d++) oh[d] = 0;
-            for (int64_t s = 0; s < n; s++) {
-                const real *vs = v + (s * Hkv + g) * D;
-                for (int64_t d = 0; d < D; d++) {
-                    oh[d] += att[s] * vs[d];
-                    if (acc16) ACT_ROUND(&oh[d], &oh[d], 1, TD_ACT_F16);
-                }
-            }
-        }
-    }
+/* The attention of one step shared by the workers; probs16: profile attn-f16
+ * (the context matmul's B operand in f16 tiles). */
+typedef struct att_job {
+    ref_backend *r;
+    real *out;
+    const real *q, *k, *v;
+    int64_t T, H, Hkv, D;
+    int probs16, acc16;
+} att_job;
+
+/* Worker w takes the (token, head) pairs [w*T*H/n, (w+1)*T*H/n) with its
+ * own score row. */
+static void att_worker(void *ctx, int w, int nw) {
+    const att_job *j = ctx;
+    const int64_t n = j->T * j->H;
+    attention_range(j->out, j->q, j->k, j->v, j->r->a.pos, j->r->att + (int64_t)w * j->r->kv_cap, j->H, j->Hkv,
+                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->acc16);
 }
 
 /* Attention sub-block of layer l: a->x (T, E) -> a->proj (T, E) = attn_out. */
@@ -504,10 +552,12 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
-        attention_probs_f16(a->ctx, a->q, r->k16, r->v16, a->pos, r->att, T, H, Hkv, D,
-                            (r->profile.rules & TD_RULE_ACC_F16) != 0);
+        att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = r->k16, .v = r->v16, .T = T, .H = H, .Hkv = Hkv,
+                     .D = D, .probs16 = 1, .acc16 = (r->profile.rules & TD_RULE_ACC_F16) != 0};
+        td_ref_pool_run(r->pool, att_worker, &j);
     } else {
-        FN(attention)(a->ctx, a->q, kc, vc, a->pos, r->att, T, H, Hkv, D);
+        att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = kc, .v = vc, .T = T, .H = H, .Hkv = Hkv, .D = D};
+        td_ref_pool_run(r->pool, att_worker, &j);
     }
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
     if (L->attn.q_gated) { // o = ctx * sigmoid(gate), elementwise over H*D
@@ -828,6 +878,7 @@ static void ref_close(td_backend *b) {
     free(r->k_cache), free(r->v_cache), free(r->att);
     free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin), free(r->k16), free(r->v16);
     acts_free(&r->a);
+    td_ref_pool_free(r->pool), free(r->mm_rc), free(r->mm_err);
     free(r);
 }
 
@@ -972,7 +1023,11 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
     r->max_in = max3(max3(E, HD, F), Fs, VD);
     r->max_in = max3(r->max_in, hp->ssm_conv, 1);
     r->max_out = max3(max3(E, QKV, F), max3(Fs, C, 2 * HD), 1);
-    r->row = td_xcalloc((size_t)r->max_in, sizeof(real));
+    // threads 0 (the backend default) is one: the oracle stays sequential unless asked
+    r->pool = td_ref_pool_new(p && p->threads > 1 ? p->threads : 1);
+    r->row = td_xcalloc((size_t)td_ref_pool_size(r->pool) * r->max_in, sizeof(real));
+    r->mm_rc = td_xcalloc((size_t)td_ref_pool_size(r->pool), sizeof(int));
+    r->mm_err = td_xcalloc((size_t)td_ref_pool_size(r->pool), sizeof(td_err));
     r->bias = td_xcalloc((size_t)r->max_out, sizeof(real));
     r->normw = td_xcalloc((size_t)max3(E, hp->head_dim, hp->ssm_d_state), sizeof(real));
     r->vec = td_xcalloc((size_t)max3(E, hp->ssm_dt_rank, 1), sizeof(real));

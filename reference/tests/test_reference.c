@@ -827,3 +827,101 @@ Test(reference, profile_rules_round_at_their_points, .init = make_tmpdir, .fini 
     free(n), free(x);
     td_model_close(m);
 }
+
+/* ------------------------------------------------------------------------ */
+/* Threads: a matmul's output rows are split between workers, every dot
+ * product keeps its index order, so 1, 2 and 3 threads give the same bits in
+ * every tap (logits included) and every step, for both arms.               */
+
+/* Every tap of every step of two tap files, compared bit for bit. */
+static void assert_tapfiles_bitwise_equal(const char *h5a, const char *h5b, const char *what) {
+    td_err err = {{0}};
+    td_tapfile *fa = NULL, *fb = NULL;
+    cr_assert_eq(td_tapfile_open(&fa, h5a, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_open(&fb, h5b, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_n_steps(fa), td_tapfile_n_steps(fb), "%s: step counts", what);
+    cr_assert_gt(td_tapfile_n_steps(fa), 1, "%s: a prefill and decode steps", what);
+    int64_t n_data = 0;
+    for (int64_t s = 0; s < td_tapfile_n_steps(fa); s++) {
+        td_tap_info *ta = NULL, *tb = NULL;
+        int64_t na = 0, nb = 0;
+        cr_assert_eq(td_tapfile_step_taps(fa, s, &ta, &na, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_tapfile_step_taps(fb, s, &tb, &nb, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(na, nb, "%s step %lld: tap counts", what, (long long)s);
+        for (int64_t i = 0; i < na; i++) {
+            cr_assert_str_eq(ta[i].name, tb[i].name, "%s step %lld tap #%lld", what, (long long)s, (long long)i);
+            cr_assert(ta[i].has_data && tb[i].has_data, "%s: %s has no data", what, ta[i].name);
+            cr_assert_eq(ta[i].count, tb[i].count, "%s: %s count", what, ta[i].name);
+            double *a = malloc(sizeof(double) * ta[i].count), *b = malloc(sizeof(double) * ta[i].count);
+            cr_assert_eq(td_tapfile_read_f64(fa, s, ta[i].name, a, ta[i].count, &err), TD_OK, "%s", err.msg);
+            cr_assert_eq(td_tapfile_read_f64(fb, s, tb[i].name, b, tb[i].count, &err), TD_OK, "%s", err.msg);
+            for (uint64_t k = 0; k < ta[i].count; k++)
+                cr_assert(!memcmp(&a[k], &b[k], sizeof a[k]), "%s step %lld %s[%llu]: %.17g vs %.17g", what,
+                          (long long)s, ta[i].name, (unsigned long long)k, a[k], b[k]);
+            free(a), free(b);
+            n_data++;
+        }
+        free(ta), free(tb);
+    }
+    cr_assert_gt(n_data, 20, "%s: only %lld taps compared", what, (long long)n_data);
+    td_tapfile_close(fa), td_tapfile_close(fb);
+}
+
+/* profile NULL: the default. */
+static void check_threads_bitwise(const char *model_path, const char *backend, const char *profile) {
+    const char *bin = tapdiff_bin();
+    char h5[3][400], cmd[2048];
+    const int threads[3] = {1, 2, 3};
+    for (int i = 0; i < 3; i++) {
+        snprintf(h5[i], sizeof h5[i], "%s/thr%d.h5", tmpdir, threads[i]);
+        // a 5-token prefill (T > 1: every matmul's rows x tokens) and 3 decode steps
+        snprintf(cmd, sizeof cmd,
+                 "'%s' run --model '%s' --backend %s --threads %d --tokens 1,7,2,9,4 --steps 3 --taps full --out '%s' "
+                 "%s%s 2>&1",
+                 bin, model_path, backend, threads[i], h5[i], profile ? "--profile " : "", profile ? profile : "");
+        char *out = NULL;
+        cr_assert_eq(run_cmd(cmd, &out), 0, "%s:\n%s", cmd, out);
+        free(out);
+    }
+    char what[600];
+    for (int i = 1; i < 3; i++) {
+        snprintf(what, sizeof what, "%s %s %s threads 1 vs %d", model_path, backend, profile ? profile : "",
+                 threads[i]);
+        assert_tapfiles_bitwise_equal(h5[0], h5[i], what);
+    }
+}
+
+static const fx_arm k_thr_cases[] = {{"llama-q4_k", "ref"},    {"llama-q4_k", "ref32"},    {"qwen3moe-q4_k", "ref"},
+                                     {"qwen3moe-f32", "ref32"}, {"qwen3next-q8_0", "ref"}, {"qwen3next-f32", "ref32"}};
+#define N_THR_CASES (sizeof k_thr_cases / sizeof k_thr_cases[0])
+static int k_thr_ix[N_THR_CASES];
+
+ParameterizedTestParameters(reference, threads_are_bitwise_identical) {
+    for (size_t i = 0; i < N_THR_CASES; i++) k_thr_ix[i] = (int)i;
+    return cr_make_param_array(int, k_thr_ix, N_THR_CASES);
+}
+
+ParameterizedTest(int *ix, reference, threads_are_bitwise_identical, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const fx_arm *c = &k_thr_cases[*ix];
+    char path[512];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write(c->fixture, tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    check_threads_bitwise(path, c->backend, NULL);
+}
+
+/* The profile's f16 paths (rounded rows, f16 sums, f16 attention) split the
+ * same way. */
+Test(reference, threads_are_bitwise_identical_f16_profile, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("llama-q4_k", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    check_threads_bitwise(path, "ref", "attn-f16+mm-f16@1+acc-f16");
+    check_threads_bitwise(path, "ref32", "attn-f16+mm-f16@1+acc-f16");
+}
+
+Test(reference, threads_are_bitwise_identical_stories260K, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const char *path = stories_path();
+    if (!path) cr_skip_test("stories260K.gguf is not in $TD_SHARED/models");
+    check_threads_bitwise(path, "ref", NULL);
+    check_threads_bitwise(path, "ref32", NULL);
+}
