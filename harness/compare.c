@@ -7,12 +7,14 @@
 #include "catalog.h"
 #include "selfcheck.h"
 
+#include <errno.h>
 #include <fnmatch.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <unistd.h>
 
 /* Doubles per arm per block: rows are read in blocks of about this many
  * values (at least one row). 1 MiB per arm. */
@@ -739,12 +741,114 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
         t->fail = TD_CMPF_KL;
 }
 
+/* ---------------------------------------------------------- records */
+
+/* Where the records of compared taps live. A record is ~750 bytes and a long
+ * pair holds millions of taps, so the records of finished steps go to an
+ * unnamed temporary file and only the current step's stay in memory (the
+ * producer map looks up taps of the same step only). Without a temporary
+ * file, or once writing it fails, the records are kept in memory instead:
+ * more memory, nothing lost. */
+struct td_cmp_store {
+    FILE *spill;        // unnamed temporary file (read and written by its fd)
+    int64_t n_file;     // records 0 .. n_file-1 are in the file
+    td_cmp_tap *mem;    // records n_file .. n_file+n_mem-1
+    int64_t n_mem, mem_cap;
+    td_cmp_tap *win;    // the current step's records: win_first ..
+    int64_t win_first, win_n, win_cap;
+    int64_t peak;       // most records held in memory at once
+    td_cmp_tap first;   // a copy of the first divergent record (r->first)
+    td_cmp_tap slot[TD_CMP_TAP_SLOTS];
+    unsigned next;
+};
+
+static td_cmp_tap *push_tap(td_cmp_result *r) {
+    struct td_cmp_store *s = r->store;
+    if (s->win_n == 0) s->win_first = r->n_taps;
+    if (s->win_n == s->win_cap) {
+        s->win_cap = s->win_cap ? 2 * s->win_cap : 256;
+        s->win = td_xrealloc(s->win, sizeof *s->win * (size_t)s->win_cap);
+    }
+    r->n_taps++;
+    return &s->win[s->win_n++];
+}
+
+// Record i of the current step (i >= the step's first index).
+static td_cmp_tap *win_tap(const td_cmp_result *r, int64_t i) {
+    return &r->store->win[i - r->store->win_first];
+}
+
+static void mem_append(struct td_cmp_store *s, const td_cmp_tap *t, int64_t n) {
+    if (s->n_mem + n > s->mem_cap) {
+        while (s->n_mem + n > s->mem_cap) s->mem_cap = s->mem_cap ? 2 * s->mem_cap : 256;
+        s->mem = td_xrealloc(s->mem, sizeof *s->mem * (size_t)s->mem_cap);
+    }
+    memcpy(s->mem + s->n_mem, t, sizeof *t * (size_t)n);
+    s->n_mem += n;
+}
+
+// Moves the current step's records out of the window (to the file while it
+// takes them, then to memory).
+static void flush_step(td_cmp_result *r) {
+    struct td_cmp_store *s = r->store;
+    if (s->n_mem + s->win_n > s->peak) s->peak = s->n_mem + s->win_n;
+    if (r->first >= s->win_first && r->first < s->win_first + s->win_n) s->first = *win_tap(r, r->first);
+    int64_t done = 0;
+    if (s->spill && s->n_mem == 0) {
+        const char *p = (const char *)s->win;
+        size_t left = sizeof *s->win * (size_t)s->win_n, put = 0;
+        int fd = fileno(s->spill);
+        while (left) {
+            ssize_t w = pwrite(fd, p + put, left, (off_t)(sizeof *s->win * (size_t)s->n_file) + (off_t)put);
+            if (w < 0 && errno == EINTR) continue;
+            if (w <= 0) break;
+            put += (size_t)w;
+            left -= (size_t)w;
+        }
+        done = (int64_t)(put / sizeof *s->win);
+        s->n_file += done;
+    }
+    if (done < s->win_n) mem_append(s, s->win + done, s->win_n - done);
+    s->win_n = 0;
+}
+
+const td_cmp_tap *td_cmp_tap_at(const td_cmp_result *r, int64_t i) {
+    if (!r || !r->store || i < 0 || i >= r->n_taps) return NULL;
+    struct td_cmp_store *s = r->store;
+    if (s->win_n && i >= s->win_first) return win_tap(r, i);
+    if (i == r->first) return &s->first;
+    if (i >= s->n_file) return &s->mem[i - s->n_file];
+    td_cmp_tap *t = &s->slot[s->next++ % TD_CMP_TAP_SLOTS];
+    char *p = (char *)t;
+    size_t left = sizeof *t, got = 0;
+    while (left) {
+        ssize_t n = pread(fileno(s->spill), p + got, left, (off_t)(sizeof *t * (size_t)i) + (off_t)got);
+        if (n < 0 && errno == EINTR) continue;
+        // A temporary file that cannot give back what was written to it is an
+        // I/O failure like running out of memory: no report can be made.
+        if (n <= 0) td_abort_(__FILE__, __LINE__, "reading back a compare record from the temporary file");
+        got += (size_t)n;
+        left -= (size_t)n;
+    }
+    return t;
+}
+
+int64_t td_cmp_records_peak(const td_cmp_result *r) { return r && r->store ? r->store->peak : 0; }
+
+static void store_free(struct td_cmp_store *s) {
+    if (!s) return;
+    if (s->spill) fclose(s->spill);
+    free(s->mem);
+    free(s->win);
+    free(s);
+}
+
 /* ----------------------------------------------------------- growth */
 
 static const td_cmp_tap *step_result(ctx *c, int64_t step_first, const char *name) {
     int64_t i = arm_find(&c->B, name);
     if (i < 0 || c->res_of[i] < step_first) return NULL;
-    return &c->r->taps[c->res_of[i]];
+    return win_tap(c->r, c->res_of[i]);
 }
 
 // Finds t's input (producer map, else the previous float tap) and sets
@@ -763,21 +867,21 @@ static const td_cmp_tap *growth(ctx *c, int64_t step_first, td_cmp_tap *t) {
             break;
         }
     }
-    int64_t self = t - c->r->taps;
+    int64_t self = c->r->n_taps - 1; // t is the record pushed last
     if (!best && last_out) {
         for (int64_t i = self - 1; i >= step_first; i--) {
             long L;
-            const char *base = blk_base(c->r->taps[i].name, &L);
+            const char *base = blk_base(win_tap(c->r, i)->name, &L);
             if (base && !strcmp(base, "out")) {
-                best = &c->r->taps[i];
+                best = win_tap(c->r, i);
                 break;
             }
         }
     }
     if (!best && !last_out && strcmp(t->name, "inp.embd")) {
         for (int64_t i = self - 1; i >= step_first; i--)
-            if (c->r->taps[i].method != TD_CMP_INTEGER) {
-                best = &c->r->taps[i];
+            if (win_tap(c->r, i)->method != TD_CMP_INTEGER) {
+                best = win_tap(c->r, i);
                 break;
             }
     }
@@ -808,13 +912,6 @@ static void note_missing(td_cmp_result *r, const char *which, int64_t step, cons
              which);
 }
 
-static td_cmp_tap *push_tap(td_cmp_result *r, int64_t *cap) {
-    if (r->n_taps == *cap) {
-        *cap = *cap ? 2 * *cap : 256;
-        r->taps = td_xrealloc(r->taps, sizeof *r->taps * (size_t)*cap);
-    }
-    return &r->taps[r->n_taps++];
-}
 
 // Compares the inp.tokens of x and y at `step` (both loaded). Returns TD_OK
 // with *differs = 0/1 (and the first differing index and values), or an
@@ -886,7 +983,7 @@ static int check_tokens(ctx *c, int64_t step, td_err *err) {
     return TD_OK;
 }
 
-static int compare_step(ctx *c, int64_t s, int64_t *cap, td_err *err) {
+static int compare_step(ctx *c, int64_t s, td_err *err) {
     td_cmp_result *r = c->r;
     td_step_info sa, sb;
     int st = td_tapfile_step(c->A.f, s, &sa, err);
@@ -926,7 +1023,7 @@ static int compare_step(ctx *c, int64_t s, int64_t *cap, td_err *err) {
             break;
         }
         int64_t idx = r->n_taps;
-        td_cmp_tap *t = push_tap(r, cap);
+        td_cmp_tap *t = push_tap(r);
         tap_init(t, &sb, a, b);
         if (td_dtype_is_int(b->dtype))
             st = cmp_integer(c, s, a, b, t, err);
@@ -955,6 +1052,7 @@ static int compare_step(ctx *c, int64_t s, int64_t *cap, td_err *err) {
         note_missing(r, "A", s, c->A.taps[i].name);
     }
     free(seen);
+    flush_step(r);
     return st;
 }
 
@@ -982,55 +1080,73 @@ static int dvp_cmp(const void *x, const void *y) {
     return strcmp(a->name, b->name);
 }
 
-static const td_cmp_tap *name_base_;
-static int tap_name_cmp(const void *x, const void *y) {
-    int64_t i = *(const int64_t *)x, j = *(const int64_t *)y;
-    int c = strcmp(name_base_[i].name, name_base_[j].name);
-    return c ? c : (i < j ? -1 : i > j);
-}
+// One tap name's running decode-vs-prefill figures.
+typedef struct dvp_acc {
+    char name[TD_TAP_NAME_MAX];
+    double pre, dec;
+    int64_t dstep, n_nf;
+    int have_pre, have_dec;
+} dvp_acc;
 
+// Reads the records once, in order, keeping one accumulator per tap name
+// (sorted by name for the lookup): memory grows with the names of a step,
+// not with the steps. In index order, a later equal error never replaces an
+// earlier one, so the worst decode step is the first that reached it.
 static void decode_vs_prefill(td_cmp_result *r) {
-    int64_t n = 0;
-    int64_t *ix = td_xmalloc(sizeof *ix * (size_t)(r->n_taps ? r->n_taps : 1));
-    for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].method != TD_CMP_INTEGER) ix[n++] = i;
-    name_base_ = r->taps;
-    qsort(ix, (size_t)n, sizeof *ix, tap_name_cmp);
-    r->dvp = td_xmalloc(sizeof *r->dvp * (size_t)(n ? n : 1));
-    for (int64_t i = 0; i < n;) {
-        int64_t j = i;
-        double pre = -1, dec = -1;
-        int64_t dstep = -1, n_nf = 0;
-        int have_pre = 0, have_dec = 0;
+    dvp_acc *acc = NULL;
+    int64_t n_acc = 0, cap = 0;
+    for (int64_t i = 0; i < r->n_taps; i++) {
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
+        if (t->method == TD_CMP_INTEGER) continue;
+        int64_t lo = 0, hi = n_acc;
+        while (lo < hi) {
+            int64_t mid = lo + (hi - lo) / 2;
+            if (strcmp(acc[mid].name, t->name) < 0)
+                lo = mid + 1;
+            else
+                hi = mid;
+        }
+        if (lo == n_acc || strcmp(acc[lo].name, t->name)) {
+            if (n_acc == cap) {
+                cap = cap ? 2 * cap : 64;
+                acc = td_xrealloc(acc, sizeof *acc * (size_t)cap);
+            }
+            memmove(acc + lo + 1, acc + lo, sizeof *acc * (size_t)(n_acc - lo));
+            n_acc++;
+            memset(&acc[lo], 0, sizeof acc[lo]);
+            snprintf(acc[lo].name, sizeof acc[lo].name, "%s", t->name);
+            acc[lo].pre = acc[lo].dec = -1;
+            acc[lo].dstep = -1;
+        }
+        dvp_acc *d = &acc[lo];
         // NaN compares false: a NaN error must win "worst" explicitly.
-        for (; j < n && !strcmp(r->taps[ix[j]].name, r->taps[ix[i]].name); j++) {
-            const td_cmp_tap *t = &r->taps[ix[j]];
-            if (!isfinite(t->err)) n_nf++;
-            if (t->kind == TD_STEP_PREFILL) {
-                have_pre = 1;
-                if (!isnan(pre) && (isnan(t->err) || t->err > pre)) pre = t->err;
-            } else {
-                have_dec = 1;
-                if (!isnan(dec) && (isnan(t->err) || t->err > dec)) {
-                    dec = t->err;
-                    dstep = t->step;
-                }
+        if (!isfinite(t->err)) d->n_nf++;
+        if (t->kind == TD_STEP_PREFILL) {
+            d->have_pre = 1;
+            if (!isnan(d->pre) && (isnan(t->err) || t->err > d->pre)) d->pre = t->err;
+        } else {
+            d->have_dec = 1;
+            if (!isnan(d->dec) && (isnan(t->err) || t->err > d->dec)) {
+                d->dec = t->err;
+                d->dstep = t->step;
             }
         }
-        if (have_pre && have_dec) {
-            td_cmp_dvp *d = &r->dvp[r->n_dvp++];
-            snprintf(d->name, sizeof d->name, "%s", r->taps[ix[i]].name);
-            d->prefill_err = pre;
-            d->decode_err = dec;
-            d->decode_step = dstep;
-            d->ratio = pre > 0 ? dec / pre : (dec > 0 ? INFINITY : 1.0);
-            if (isnan(pre) || isnan(dec)) d->ratio = NAN;
-            d->n_nonfinite = n_nf;
-        }
-        i = j;
+    }
+    r->dvp = td_xmalloc(sizeof *r->dvp * (size_t)(n_acc ? n_acc : 1));
+    for (int64_t i = 0; i < n_acc; i++) {
+        const dvp_acc *a = &acc[i];
+        if (!a->have_pre || !a->have_dec) continue;
+        td_cmp_dvp *d = &r->dvp[r->n_dvp++];
+        snprintf(d->name, sizeof d->name, "%s", a->name);
+        d->prefill_err = a->pre;
+        d->decode_err = a->dec;
+        d->decode_step = a->dstep;
+        d->ratio = a->pre > 0 ? a->dec / a->pre : (a->dec > 0 ? INFINITY : 1.0);
+        if (isnan(a->pre) || isnan(a->dec)) d->ratio = NAN;
+        d->n_nonfinite = a->n_nf;
     }
     qsort(r->dvp, (size_t)r->n_dvp, sizeof *r->dvp, dvp_cmp);
-    free(ix);
+    free(acc);
 }
 
 static void set_verdict(ctx *c) {
@@ -1056,7 +1172,7 @@ static void set_verdict(ctx *c) {
         return;
     }
     if (r->first >= 0) {
-        const td_cmp_tap *t = &r->taps[r->first];
+        const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
         r->verdict = TD_DIVERGENT;
         snprintf(r->reason, sizeof r->reason, "first divergent tap: %s at step %lld (%s), %s", t->name,
                  (long long)t->step, t->kind == TD_STEP_PREFILL ? "prefill" : "decode", td_cmp_fail_name(t->fail));
@@ -1096,7 +1212,7 @@ void td_cmp_result_free(td_cmp_result *r) {
     free(r->precision_b);
     free(r->model);
     free(r->model_sha256);
-    free(r->taps);
+    store_free(r->store);
     free(r->dvp);
     free(r);
 }
@@ -1147,6 +1263,8 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     c.o = &o;
     c.A.step = c.B.step = c.C1.step = c.C2.step = -1;
     td_cmp_result *r = td_xcalloc(1, sizeof *r);
+    r->store = td_xcalloc(1, sizeof *r->store);
+    r->store->spill = tmpfile();
     c.r = r;
     r->k = o.k;
     r->topk = o.topk;
@@ -1194,8 +1312,8 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     r->n_steps_b = td_tapfile_n_steps(c.B.f);
     c.ulp_hist = td_xcalloc(ULP_BINS, sizeof *c.ulp_hist);
 
-    int64_t cap = 0, common = r->n_steps_a < r->n_steps_b ? r->n_steps_a : r->n_steps_b;
-    for (int64_t s = 0; !st && s < common; s++) st = compare_step(&c, s, &cap, err);
+    int64_t common = r->n_steps_a < r->n_steps_b ? r->n_steps_a : r->n_steps_b;
+    for (int64_t s = 0; !st && s < common; s++) st = compare_step(&c, s, err);
     for (int64_t s = common; !st && s < r->n_steps_b; s++)
         st = count_extra(&c, &c.B, s, &r->n_missing_in_a, "B", err);
     for (int64_t s = common; !st && s < r->n_steps_a; s++)

@@ -269,9 +269,13 @@ typedef struct td_cmp_result {
     int has_control;
     int64_t n_steps_a, n_steps_b;
 
-    /* taps compared, in B's execution order */
-    td_cmp_tap *taps;
+    /* taps compared, in B's execution order: read them with td_cmp_tap_at.
+     * The records live in an unnamed temporary file (in memory only when no
+     * temporary file can be made), so that compare's memory does not grow with
+     * the number of steps; only the current step's records are kept while
+     * comparing. */
     int64_t n_taps;
+    struct td_cmp_store *store; /* private */
     int64_t n_data, n_fingerprint, n_integer;
     int64_t n_no_ctrl;    /* compared taps with no control error (floor only) */
     int64_t n_filtered;   /* taps excluded by the filter (both arms) */
@@ -296,10 +300,21 @@ td_cmp_options td_cmp_options_default(void);
 /* Compares B against A. Returns TD_OK with *out filled (the verdict is
  * (*out)->verdict) or TD_EINPUT/TD_EINTERNAL with one line in err and *out
  * NULL when the comparison is refused. Streams: at most one tap (or a block
- * of rows of it) per arm is in memory. */
+ * of rows of it) per arm is in memory, and the records of the compared taps
+ * of one step (earlier steps' records are spilled, see td_cmp_tap_at). */
 int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt, td_cmp_result **out,
                td_err *err);
 void td_cmp_result_free(td_cmp_result *r);
+/* Record i (0 <= i < n_taps) of r; NULL when i is out of range. A record that
+ * cannot be read back from the temporary file aborts with a message, as
+ * running out of memory does. Record r->first (the first divergent tap) stays valid as long as
+ * r; any other is a copy in one of TD_CMP_TAP_SLOTS slots that rotate: it
+ * stays valid until TD_CMP_TAP_SLOTS - 1 further calls on r. */
+#define TD_CMP_TAP_SLOTS 8
+const td_cmp_tap *td_cmp_tap_at(const td_cmp_result *r, int64_t i);
+/* The most records r held in memory at once while comparing: one step's, the
+ * rest being in the temporary file, unless none could be written. */
+int64_t td_cmp_records_peak(const td_cmp_result *r);
 
 /* Floor of a precision (see above); integer dtypes: 0. */
 double td_cmp_floor(td_dtype dt);

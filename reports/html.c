@@ -58,7 +58,7 @@ static int plotted(const td_cmp_tap *t) {
 static void range(const td_cmp_result *r, plot *p) {
     double lo = INFINITY, hi = -INFINITY;
     for (int64_t i = 0; i < r->n_taps; i++) {
-        const td_cmp_tap *t = &r->taps[i];
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
         if (!plotted(t)) continue;
         double v[3] = {t->err, t->err_ctrl, t->budget};
         for (int k = 0; k < 3; k++)
@@ -85,7 +85,7 @@ static void series(FILE *f, const td_cmp_result *r, const plot *p, int which, co
     int pen = 0;
     if (!bins) {
         for (int64_t i = 0; i < n; i++) {
-            const td_cmp_tap *t = &r->taps[i];
+            const td_cmp_tap *t = td_cmp_tap_at(r, i);
             double v = which == 0 ? t->err : which == 1 ? t->err_ctrl : t->budget;
             if (!plotted(t) || isnan(v)) continue;
             fprintf(f, "%s%.1f %.1f ", pen ? "L" : "M", px(p, i), py(p, v));
@@ -95,7 +95,7 @@ static void series(FILE *f, const td_cmp_result *r, const plot *p, int which, co
         double *mx = td_xmalloc(sizeof *mx * (size_t)bins);
         for (int b = 0; b < bins; b++) mx[b] = NAN;
         for (int64_t i = 0; i < n; i++) {
-            const td_cmp_tap *t = &r->taps[i];
+            const td_cmp_tap *t = td_cmp_tap_at(r, i);
             double v = which == 0 ? t->err : which == 1 ? t->err_ctrl : t->budget;
             if (!plotted(t) || isnan(v)) continue;
             int b = (int)((double)i * (double)(bins - 1) / (double)(n - 1));
@@ -129,23 +129,23 @@ static void svg_plot(FILE *f, const td_cmp_result *r) {
     // steps and layers
     int64_t n_steps = 0;
     for (int64_t i = 0; i < r->n_taps; i++)
-        if (i == 0 || r->taps[i].step != r->taps[i - 1].step) n_steps++;
+        if (i == 0 || td_cmp_tap_at(r, i)->step != td_cmp_tap_at(r, i - 1)->step) n_steps++;
     int64_t every = n_steps > 30 ? (n_steps + 29) / 30 : 1, k = 0;
-    int64_t label_step = r->first >= 0 ? r->taps[r->first].step : (r->n_taps ? r->taps[0].step : -1);
+    int64_t label_step = r->first >= 0 ? td_cmp_tap_at(r, r->first)->step : (r->n_taps ? td_cmp_tap_at(r, 0)->step : -1);
     int64_t n_layers = 0;
     for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].layer + 1 > n_layers) n_layers = r->taps[i].layer + 1;
+        if (td_cmp_tap_at(r, i)->layer + 1 > n_layers) n_layers = td_cmp_tap_at(r, i)->layer + 1;
     int64_t lev = n_layers > 24 ? (n_layers + 23) / 24 : 1;
     for (int64_t i = 0; i < r->n_taps; i++) {
-        const td_cmp_tap *t = &r->taps[i];
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
         double x = px(&p, i);
-        if (i == 0 || t->step != r->taps[i - 1].step) {
+        if (i == 0 || t->step != td_cmp_tap_at(r, i - 1)->step) {
             if (i) fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#888\"/>", x, y0, x, y1);
             if (k++ % every == 0)
                 fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" fill=\"#333\">%s%lld</text>\n", x + 2, y1 + 16,
                         t->kind == TD_STEP_PREFILL ? "prefill " : "d", (long long)t->step);
         }
-        if (t->layer >= 0 && (i == 0 || t->layer != r->taps[i - 1].layer || t->step != r->taps[i - 1].step)) {
+        if (t->layer >= 0 && (i == 0 || t->layer != td_cmp_tap_at(r, i - 1)->layer || t->step != td_cmp_tap_at(r, i - 1)->step)) {
             fprintf(f, "<line x1=\"%.1f\" y1=\"%.0f\" x2=\"%.1f\" y2=\"%.0f\" stroke=\"#bbb\"/>", x, y0, x, y0 + 6);
             if (t->step == label_step && t->layer % lev == 0)
                 fprintf(f, "<text x=\"%.1f\" y=\"%.0f\" fill=\"#777\" font-size=\"9\">L%d</text>\n", x + 1, y0 - 3,
@@ -160,14 +160,14 @@ static void svg_plot(FILE *f, const td_cmp_result *r) {
     // failing taps (bounded count), integer mismatches at the top
     int marks = 0;
     for (int64_t i = 0; i < r->n_taps && marks < 2000; i++) {
-        const td_cmp_tap *t = &r->taps[i];
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
         if (t->fail == TD_CMPF_OK) continue;
         marks++;
         double y = plotted(t) && t->fail != TD_CMPF_INTEGER ? py(&p, t->err) : y0 + 4;
         fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2.5\" fill=\"#d55e00\"/>", px(&p, i), y);
     }
     if (r->first >= 0) {
-        const td_cmp_tap *t = &r->taps[r->first];
+        const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
         double x = px(&p, r->first);
         double y = plotted(t) && t->fail != TD_CMPF_INTEGER ? py(&p, t->err) : y0 + 4;
         fprintf(f,
@@ -277,7 +277,7 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
     svg_plot(f, r);
 
     if (r->first >= 0) {
-        const td_cmp_tap *t = &r->taps[r->first];
+        const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
         fprintf(f, "<h2>First divergent tap: <code>");
         td_report_html_escape(f, t->name);
         fprintf(f, "</code>, step %lld (%s)</h2>\n<ul>\n", (long long)t->step, rp_kind(t->kind));
@@ -302,7 +302,7 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
         int nb = rp_before(r, before, 3);
         fprintf(f, "<p>The taps before it and the tap itself:</p>\n");
         table_head(f);
-        for (int i = 0; i < nb; i++) tap_tr(f, r, &r->taps[before[i]], 0);
+        for (int i = 0; i < nb; i++) tap_tr(f, r, td_cmp_tap_at(r, before[i]), 0);
         tap_tr(f, r, t, 1);
         fprintf(f, "</table>\n");
     }
@@ -311,7 +311,7 @@ void td_report_html(FILE *f, const td_cmp_result *r) {
     if (nw) {
         fprintf(f, "<h2>Worst taps</h2>\n");
         table_head(f);
-        for (int i = 0; i < nw; i++) tap_tr(f, r, &r->taps[worst[i]], worst[i] == r->first);
+        for (int i = 0; i < nw; i++) tap_tr(f, r, td_cmp_tap_at(r, worst[i]), worst[i] == r->first);
         fprintf(f, "</table>\n");
     }
     if (r->n_dvp) {

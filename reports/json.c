@@ -234,16 +234,16 @@ char *td_report_json(const td_cmp_result *r) {
     cJSON_AddStringToObject(root, "missing_example", r->missing_example);
 
     if (r->first >= 0)
-        cJSON_AddItemToObject(root, "first_divergent", tap_json(r, &r->taps[r->first]));
+        cJSON_AddItemToObject(root, "first_divergent", tap_json(r, td_cmp_tap_at(r, r->first)));
     else
         cJSON_AddNullToObject(root, "first_divergent");
     cJSON *bf = cJSON_AddArrayToObject(root, "before_first");
     int64_t idx[10];
     int k = rp_before(r, idx, 3);
-    for (int i = 0; i < k; i++) cJSON_AddItemToArray(bf, tap_json(r, &r->taps[idx[i]]));
+    for (int i = 0; i < k; i++) cJSON_AddItemToArray(bf, tap_json(r, td_cmp_tap_at(r, idx[i])));
     cJSON *w = cJSON_AddArrayToObject(root, "worst");
     k = td_report_worst(r, idx, 10);
-    for (int i = 0; i < k; i++) cJSON_AddItemToArray(w, tap_json(r, &r->taps[idx[i]]));
+    for (int i = 0; i < k; i++) cJSON_AddItemToArray(w, tap_json(r, td_cmp_tap_at(r, idx[i])));
     cJSON *dv = cJSON_AddArrayToObject(root, "decode_vs_prefill");
     for (int64_t i = 0; i < r->n_dvp && i < 20; i++) {
         cJSON *d = cJSON_CreateObject();
@@ -256,7 +256,7 @@ char *td_report_json(const td_cmp_result *r) {
     }
     cJSON *all = cJSON_AddArrayToObject(root, "taps");
     for (int64_t i = 0; i < r->n_taps; i++) {
-        const td_cmp_tap *t = &r->taps[i];
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
         cJSON *o = cJSON_CreateObject();
         cJSON_AddNumberToObject(o, "step", (double)t->step);
         cJSON_AddStringToObject(o, "name", t->name);

@@ -58,7 +58,7 @@ void td_report_markdown(FILE *f, const td_cmp_result *r) {
             (long long)r->n_missing_in_a, (long long)r->n_missing_in_b);
 
     if (r->first >= 0) {
-        const td_cmp_tap *t = &r->taps[r->first];
+        const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
         fprintf(f, "### First divergent tap: `%s`, step %lld (%s)\n\n", t->name, (long long)t->step, rp_kind(t->kind));
         fprintf(f, "- kind: **%s**; error %s, control %s, budget %s, **r = %s**\n", td_cmp_fail_name(t->fail),
                 rp_val(e, sizeof e, t->err), rp_num(c, sizeof c, t->err_ctrl), rp_num(q, sizeof q, t->budget),
@@ -84,7 +84,7 @@ void td_report_markdown(FILE *f, const td_cmp_result *r) {
         int nb = rp_before(r, before, 3);
         fprintf(f, "\nThe taps before it and the tap itself:\n\n");
         table_head(f);
-        for (int i = 0; i < nb; i++) tap_row(f, &r->taps[before[i]], 0);
+        for (int i = 0; i < nb; i++) tap_row(f, td_cmp_tap_at(r, before[i]), 0);
         tap_row(f, t, 1);
         fprintf(f, "\n");
     }
@@ -93,7 +93,7 @@ void td_report_markdown(FILE *f, const td_cmp_result *r) {
     if (nw) {
         fprintf(f, "### Worst taps (by budget ratio)\n\n");
         table_head(f);
-        for (int i = 0; i < nw; i++) tap_row(f, &r->taps[worst[i]], worst[i] == r->first);
+        for (int i = 0; i < nw; i++) tap_row(f, td_cmp_tap_at(r, worst[i]), worst[i] == r->first);
         fprintf(f, "\n");
     }
     if (r->n_dvp) {

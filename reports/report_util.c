@@ -197,10 +197,10 @@ static double severity(const td_cmp_tap *t) {
 int td_report_worst(const td_cmp_result *r, int64_t *idx, int n) {
     int m = 0;
     for (int64_t i = 0; i < r->n_taps; i++) {
-        double s = severity(&r->taps[i]);
-        if (m == n && !(s > severity(&r->taps[idx[m - 1]]))) continue;
+        double s = severity(td_cmp_tap_at(r, i));
+        if (m == n && !(s > severity(td_cmp_tap_at(r, idx[m - 1])))) continue;
         int j = m < n ? m++ : n - 1;
-        while (j > 0 && s > severity(&r->taps[idx[j - 1]])) {
+        while (j > 0 && s > severity(td_cmp_tap_at(r, idx[j - 1]))) {
             idx[j] = idx[j - 1];
             j--;
         }

@@ -43,7 +43,7 @@ static void tap_line(FILE *f, const td_cmp_tap *t) {
 }
 
 static void first_tap(FILE *f, const td_cmp_result *r) {
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     char s[96], e[32], c[32], b[32], q[32], g[32], w[96], why[900];
     fprintf(f, "\nFIRST DIVERGENT  %s  at step %lld (%s, pos %lld, %lld token%s)  %s  kind: %s\n", t->name,
             (long long)t->step, rp_kind(t->kind), (long long)t->pos0, (long long)t->n_tokens,
@@ -100,7 +100,7 @@ static void first_tap(FILE *f, const td_cmp_result *r) {
     int64_t before[3];
     int nb = rp_before(r, before, 3);
     fprintf(f, "  taps before it:%s\n", nb ? "" : " none (it is the first compared tap)");
-    for (int i = 0; i < nb; i++) tap_line(f, &r->taps[before[i]]);
+    for (int i = 0; i < nb; i++) tap_line(f, td_cmp_tap_at(r, before[i]));
     if (r->n_divergent > 1)
         fprintf(f, "  (%lld taps diverge in all; later ones usually inherit this one's error)\n",
                 (long long)r->n_divergent);
@@ -115,7 +115,7 @@ void td_report_text(FILE *f, const td_cmp_result *r) {
         int64_t w;
         if (td_report_worst(r, &w, 1) == 1) {
             fprintf(f, "  closest to its budget:\n");
-            tap_line(f, &r->taps[w]);
+            tap_line(f, td_cmp_tap_at(r, w));
         }
     }
     for (int i = 0; i < r->n_notes; i++) fprintf(f, "  note: %s\n", r->notes[i]);

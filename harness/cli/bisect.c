@@ -271,15 +271,22 @@ static double rel_l2(const double *x, const double *y, int64_t n) {
 }
 
 static const td_cmp_tap *first_tap(const td_cmp_result *r) {
-    return r && r->verdict != TD_OK && r->first >= 0 ? &r->taps[r->first] : NULL;
+    return r && r->verdict != TD_OK && r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
 }
 
-static double worst_ratio(const td_cmp_result *r, const char **name, int64_t *step) {
+// name: a copy, for the records of compare are read back one at a time.
+static double worst_ratio(const td_cmp_result *r, char *name, size_t name_n, int64_t *step) {
     double w = 0;
-    *name = "-";
+    snprintf(name, name_n, "-");
     *step = -1;
-    for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].ratio > w) w = r->taps[i].ratio, *name = r->taps[i].name, *step = r->taps[i].step;
+    for (int64_t i = 0; i < r->n_taps; i++) {
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
+        if (t->ratio > w) {
+            w = t->ratio;
+            snprintf(name, name_n, "%s", t->name);
+            *step = t->step;
+        }
+    }
     return w;
 }
 
@@ -309,9 +316,9 @@ static cJSON *col_json(const arm_col *c) {
         cJSON_AddNumberToObject(o, "first_step", (double)t->step);
         cJSON_AddNumberToObject(o, "first_ratio", t->ratio);
     }
-    const char *wn;
+    char wn[TD_TAP_NAME_MAX];
     int64_t ws;
-    cJSON_AddNumberToObject(o, "worst_ratio", worst_ratio(c->cr, &wn, &ws));
+    cJSON_AddNumberToObject(o, "worst_ratio", worst_ratio(c->cr, wn, sizeof wn, &ws));
     cJSON_AddStringToObject(o, "worst_tap", wn);
     cJSON_AddNumberToObject(o, "logits_vs_oracle", c->logits_vs_oracle);
     cJSON_AddNumberToObject(o, "logits_vs_plain_oracle", c->logits_vs_plain);
@@ -422,9 +429,9 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
         col_first(&col[1], f1, sizeof f1);
         printf("%-26s %-40s %-40s\n", "first divergent", f0, f1);
         for (int i = 0; i < 2; i++) {
-            const char *wn;
+            char wn[TD_TAP_NAME_MAX];
             int64_t ws;
-            const double w = worst_ratio(col[i].cr, &wn, &ws);
+            const double w = worst_ratio(col[i].cr, wn, sizeof wn, &ws);
             snprintf(i ? f1 : f0, 200, "%.3g (%s step %lld)", w, wn, (long long)ws);
         }
         printf("%-26s %-40s %-40s\n", "worst r", f0, f1);

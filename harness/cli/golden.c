@@ -156,9 +156,9 @@ int td_cmd_golden(int argc, char **argv) {
     calib = td_xcalloc((size_t)cr->n_taps + 1, 32);
     for (int64_t i = 0; i < cr->n_taps; i++) {
         char num[32];
-        snprintf(num, sizeof num, "%s%.6g", i ? "," : "", cr->taps[i].err);
+        snprintf(num, sizeof num, "%s%.6g", i ? "," : "", td_cmp_tap_at(cr, i)->err);
         strcat(calib, num);
-        if (cr->taps[i].err > mx) mx = cr->taps[i].err;
+        if (td_cmp_tap_at(cr, i)->err > mx) mx = td_cmp_tap_at(cr, i)->err;
     }
     if ((rc = td_golden_attr_put(out, "golden", "tapdiff-golden", NULL, &err)) ||
         (rc = td_golden_attr_put(out, "golden_version", "1", NULL, &err)) ||

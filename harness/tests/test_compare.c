@@ -43,9 +43,19 @@ static td_cmp_result *cmp(const char *a, const char *b, const td_cmp_options *o)
     return r;
 }
 
+// Returns a copy that outlives further reads (td_cmp_tap_at's slots rotate):
+// a test holds a few found taps at once.
 static const td_cmp_tap *find(const td_cmp_result *r, int64_t step, const char *name) {
-    for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].step == step && !strcmp(r->taps[i].name, name)) return &r->taps[i];
+    static td_cmp_tap kept[16];
+    static unsigned next;
+    for (int64_t i = 0; i < r->n_taps; i++) {
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
+        if (t->step == step && !strcmp(t->name, name)) {
+            td_cmp_tap *k = &kept[next++ % 16];
+            *k = *t;
+            return k;
+        }
+    }
     cr_assert(0, "tap %s at step %lld not compared", name, (long long)step);
     return NULL;
 }
@@ -73,7 +83,7 @@ Test(compare, metrics_match_hand_worked_numbers) {
     o.control = P("c.h5");
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), &o);
     cr_assert_eq(r->n_taps, 1);
-    const td_cmp_tap *t = &r->taps[0];
+    const td_cmp_tap *t = td_cmp_tap_at(r, 0);
     // B and C are stored as f32: the values compared are their f32 roundings.
     double b2 = (double)(float)3.001 - 3, b5 = 0.5, c5 = (double)(float)6.0001 - 6;
     double na = sqrt(1 + 4 + 9 + 16 + 25 + 36);
@@ -121,13 +131,13 @@ Test(compare, zero_reference_is_defined) {
     write_one(P("b.h5"), TD_DT_F64, z, 1, 4, "x");
     write_one(P("c.h5"), TD_DT_F64, nz, 1, 4, "y");
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
-    cr_assert_eq(r->taps[0].err, 0.0);
-    cr_assert_eq(r->taps[0].cosine, 1.0);
+    cr_assert_eq(td_cmp_tap_at(r, 0)->err, 0.0);
+    cr_assert_eq(td_cmp_tap_at(r, 0)->cosine, 1.0);
     cr_assert_eq(r->verdict, TD_OK);
     td_cmp_result_free(r);
     r = cmp(P("a.h5"), P("c.h5"), NULL);
-    cr_assert_eq(r->taps[0].err, 1.0); // any non-zero b against a zero a: 100%
-    cr_assert_eq(r->taps[0].cosine, 0.0);
+    cr_assert_eq(td_cmp_tap_at(r, 0)->err, 1.0); // any non-zero b against a zero a: 100%
+    cr_assert_eq(td_cmp_tap_at(r, 0)->cosine, 0.0);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
     td_cmp_result_free(r);
 }
@@ -137,13 +147,13 @@ Test(compare, nonfinite_mismatch_is_a_divergence) {
     write_one(P("a.h5"), TD_DT_F64, c, 1, 4, "ref");  // NaN at index 1 in the reference too
     write_one(P("b.h5"), TD_DT_F64, c, 1, 4, "x");
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
-    cr_assert_eq(r->taps[0].n_nonfinite_mismatch, 0, "NaN in both at the same place is not a mismatch");
-    cr_assert_eq(r->taps[0].n_nonfinite_both, 1, "... but it is counted");
+    cr_assert_eq(td_cmp_tap_at(r, 0)->n_nonfinite_mismatch, 0, "NaN in both at the same place is not a mismatch");
+    cr_assert_eq(td_cmp_tap_at(r, 0)->n_nonfinite_both, 1, "... but it is counted");
     td_cmp_result_free(r);
     write_one(P("a.h5"), TD_DT_F64, a, 1, 4, "ref");
     write_one(P("b.h5"), TD_DT_F64, b, 1, 4, "x");
     r = cmp(P("a.h5"), P("b.h5"), NULL);
-    const td_cmp_tap *t = &r->taps[0];
+    const td_cmp_tap *t = td_cmp_tap_at(r, 0);
     cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
     cr_assert_eq(t->n_nonfinite_mismatch, 1);
     cr_assert_eq(t->first_mismatch, 2);
@@ -164,7 +174,7 @@ Test(compare, all_nan_tap_is_divergent_with_counts) {
     write_one(P("a.h5"), TD_DT_F64, a, 2, 4, "ref");
     write_one(P("b.h5"), TD_DT_F32, b, 2, 4, "x");
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
-    const td_cmp_tap *t = &r->taps[0];
+    const td_cmp_tap *t = td_cmp_tap_at(r, 0);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
     cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
     cr_assert_eq(t->n_nonfinite_mismatch, 8);
@@ -178,7 +188,7 @@ Test(compare, all_nan_tap_is_divergent_with_counts) {
     write_one(P("b.h5"), TD_DT_F32, b, 2, 4, "x");
     td_cmp_result_free(r);
     r = cmp(P("a.h5"), P("b.h5"), NULL);
-    t = &r->taps[0];
+    t = td_cmp_tap_at(r, 0);
     cr_assert(isinf(t->err) && t->err > 0, "err %g", t->err);
     cr_assert_eq(t->first_nonfinite, 3);
     cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
@@ -193,7 +203,7 @@ Test(compare, both_nan_is_not_conformant) {
     write_one(P("a.h5"), TD_DT_F64, a, 1, 4, "ref");
     write_one(P("b.h5"), TD_DT_F32, a, 1, 4, "x");
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
-    const td_cmp_tap *t = &r->taps[0];
+    const td_cmp_tap *t = td_cmp_tap_at(r, 0);
     cr_assert_eq(t->n_nonfinite_mismatch, 0);
     cr_assert_eq(t->n_nonfinite_both, 4);
     cr_assert_eq(t->fail, TD_CMPF_NONFINITE_BOTH);
@@ -232,7 +242,7 @@ Test(compare, logits_top1_topk_kl) {
     td_cmp_options o = td_cmp_options_default();
     o.floor = 10.0; // a huge budget: only the row checks can fail
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), &o);
-    const td_cmp_tap *t = &r->taps[0];
+    const td_cmp_tap *t = td_cmp_tap_at(r, 0);
     cr_assert(t->is_logits);
     cr_assert_eq(t->lg_rows, 2);
     cr_assert_eq(t->lg_top1_agree, 1);
@@ -249,7 +259,7 @@ Test(compare, logits_top1_topk_kl) {
 
     o.floor = 1e-3; // now 2 * 1e-3 * ||a_row|| = 2e-3 * sqrt(140) ~ 0.024 < 1.0
     r = cmp(P("a.h5"), P("b.h5"), &o);
-    t = &r->taps[0];
+    t = td_cmp_tap_at(r, 0);
     cr_assert_eq(t->fail, TD_CMPF_BUDGET, "the error itself is far over 1e-3");
     cr_assert_eq(t->lg_top1_unexplained, 1);
     td_cmp_result_free(r);
@@ -269,9 +279,9 @@ Test(compare, logits_topk_overlap_partial) {
     tg_end(s);
     tg_close(s);
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
-    cr_assert_float_eq(r->taps[0].lg_topk_mean, 3.0 / 5.0, 1e-15);
-    cr_assert_float_eq(r->taps[0].lg_topk_min, 3.0 / 5.0, 1e-15);
-    cr_assert_eq(r->taps[0].lg_top1_agree, 1);
+    cr_assert_float_eq(td_cmp_tap_at(r, 0)->lg_topk_mean, 3.0 / 5.0, 1e-15);
+    cr_assert_float_eq(td_cmp_tap_at(r, 0)->lg_topk_min, 3.0 / 5.0, 1e-15);
+    cr_assert_eq(td_cmp_tap_at(r, 0)->lg_top1_agree, 1);
     td_cmp_result_free(r);
 }
 
@@ -320,7 +330,7 @@ Test(compare, small_taps_inherit_their_inputs_control_error) {
     write_small(P("b.h5"), nb, wb, bigb);
     r = cmp(P("a.h5"), P("b.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    cr_assert_str_eq(r->taps[r->first].name, "blk.0.moe_weights");
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.0.moe_weights");
     td_cmp_result_free(r);
     // a tap of >= 64 values does not inherit: exact control, 2e-6 error: over the floor
     wb[0] = 0.75;
@@ -329,8 +339,8 @@ Test(compare, small_taps_inherit_their_inputs_control_error) {
     write_small(P("b.h5"), nb, wb, bigb);
     r = cmp(P("a.h5"), P("b.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    cr_assert_str_eq(r->taps[r->first].name, "blk.0.ffn_out");
-    cr_assert_eq(r->taps[r->first].err_ctrl_used, 0.0);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.0.ffn_out");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->err_ctrl_used, 0.0);
     td_cmp_result_free(r);
 }
 
@@ -361,7 +371,7 @@ Test(compare, honest_arm_is_conformant_with_a_control) {
     cr_assert_eq(r->n_no_ctrl, 0);
     // every float tap's control error is an honest, non-zero f32-sized number
     for (int64_t i = 0; i < r->n_taps; i++) {
-        const td_cmp_tap *t = &r->taps[i];
+        const td_cmp_tap *t = td_cmp_tap_at(r, i);
         if (t->method != TD_CMP_DATA) continue;
         cr_assert(t->err_ctrl > 1e-9 && t->err_ctrl < 1e-4, "%s ctrl %g", t->name, t->err_ctrl);
         cr_assert(t->ratio <= 1.0);
@@ -377,7 +387,7 @@ Test(compare, without_control_the_floor_is_the_budget) {
     for (int i = 0; i < r->n_notes; i++) said |= strstr(r->notes[i], "floor only") != NULL;
     cr_assert(said, "the result must say the budget is the floor only");
     for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].method == TD_CMP_DATA) cr_assert_eq(r->taps[i].budget, ldexp(1.0, -20));
+        if (td_cmp_tap_at(r, i)->method == TD_CMP_DATA) cr_assert_eq(td_cmp_tap_at(r, i)->budget, ldexp(1.0, -20));
     // the synthetic error grows with depth past the f32 floor: deep taps fail
     cr_assert_eq(r->verdict, TD_DIVERGENT);
     td_cmp_result_free(r);
@@ -416,7 +426,7 @@ Test(compare, planted_perturbation_is_localized) {
     td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
     cr_assert_geq(r->first, 0);
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     cr_assert_str_eq(t->name, "blk.1.ffn_up");
     cr_assert_eq(t->step, 2);
     cr_assert_eq(t->kind, TD_STEP_DECODE);
@@ -437,7 +447,7 @@ Test(compare, perturbing_only_a_later_tap_names_the_later_one) {
     o.control = P("ref32.h5");
     td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     cr_assert_str_eq(t->name, "blk.2.attn_ctx");
     cr_assert_eq(t->step, 3);
     cr_assert_eq(r->n_divergent, 1);
@@ -452,7 +462,7 @@ Test(compare, changed_router_pick_is_an_integer_mismatch) {
     o.control = P("ref32.h5");
     td_cmp_result *r = cmp(P("ref.h5"), P("bad.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     cr_assert_str_eq(t->name, "blk.1.moe_topk");
     cr_assert_eq(t->step, 1);
     cr_assert_eq(t->fail, TD_CMPF_INTEGER);
@@ -477,9 +487,9 @@ Test(compare, router_flip_shown_by_the_control_is_not_divergent) {
     cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
     int found = 0;
     for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].step == 1 && !strcmp(r->taps[i].name, "blk.1.moe_topk")) {
-            cr_assert_eq(r->taps[i].n_int_mismatch, 1);
-            cr_assert_eq(r->taps[i].n_int_in_ctrl, 1);
+        if (td_cmp_tap_at(r, i)->step == 1 && !strcmp(td_cmp_tap_at(r, i)->name, "blk.1.moe_topk")) {
+            cr_assert_eq(td_cmp_tap_at(r, i)->n_int_mismatch, 1);
+            cr_assert_eq(td_cmp_tap_at(r, i)->n_int_in_ctrl, 1);
             found = 1;
         }
     cr_assert(found);
@@ -490,8 +500,8 @@ Test(compare, router_flip_shown_by_the_control_is_not_divergent) {
     o.control = P("ctrl_other.h5");
     r = cmp(P("ref.h5"), P("bad.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    cr_assert_str_eq(r->taps[r->first].name, "blk.1.moe_topk");
-    cr_assert_eq(r->taps[r->first].step, 1);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.1.moe_topk");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->step, 1);
     td_cmp_result_free(r);
 }
 
@@ -569,7 +579,7 @@ Test(compare, decode_vs_prefill_keeps_a_nan_step) {
     cr_assert_eq(d->decode_step, 3);
     cr_assert_eq(d->n_nonfinite, 1);
     cr_assert_str_eq(r->dvp[0].name, "blk.0.attn_out", "a NaN ratio sorts first");
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     cr_assert_str_eq(t->name, "blk.0.attn_out");
     cr_assert_eq(t->fail, TD_CMPF_NONFINITE);
     td_cmp_result_free(r);
@@ -592,8 +602,8 @@ Test(compare, fingerprint_only_arm_is_compared_by_fingerprint) {
     // the lower bound never exceeds the true error
     td_cmp_result *full = cmp(P("ref.h5"), P("cand.h5"), &o);
     for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].method == TD_CMP_FINGERPRINT)
-            cr_assert_leq(r->taps[i].err, full->taps[i].err * (1 + 1e-9) + 1e-300, "%s", r->taps[i].name);
+        if (td_cmp_tap_at(r, i)->method == TD_CMP_FINGERPRINT)
+            cr_assert_leq(td_cmp_tap_at(r, i)->err, td_cmp_tap_at(full, i)->err * (1 + 1e-9) + 1e-300, "%s", td_cmp_tap_at(r, i)->name);
     td_cmp_result_free(full);
     td_cmp_result_free(r);
 }
@@ -611,7 +621,7 @@ Test(compare, fingerprint_catches_a_zeroed_tensor) {
     o.control = P("ref32.h5");
     td_cmp_result *r = cmp(P("ref.h5"), P("fp.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     cr_assert_str_eq(t->name, "blk.1.attn_v");
     cr_assert_eq(t->step, 1);
     cr_assert_eq(t->method, TD_CMP_FINGERPRINT);
@@ -643,10 +653,10 @@ Test(compare, streams_a_tap_larger_than_a_block) {
     tg_end(s);
     tg_close(s);
     td_cmp_result *r = cmp(P("a.h5"), P("b.h5"), NULL);
-    cr_assert_float_eq(r->taps[0].err, sqrt(d2 / a2), 1e-12 * sqrt(d2 / a2));
-    cr_assert_eq((int64_t)r->taps[0].max_index, mi);
-    cr_assert_eq(r->taps[0].rows[0].index, 250);
-    cr_assert_eq(r->taps[0].cols[0].index, 17);
+    cr_assert_float_eq(td_cmp_tap_at(r, 0)->err, sqrt(d2 / a2), 1e-12 * sqrt(d2 / a2));
+    cr_assert_eq((int64_t)td_cmp_tap_at(r, 0)->max_index, mi);
+    cr_assert_eq(td_cmp_tap_at(r, 0)->rows[0].index, 250);
+    cr_assert_eq(td_cmp_tap_at(r, 0)->cols[0].index, 17);
     td_cmp_result_free(r);
     free(a);
     free(b);
@@ -739,9 +749,9 @@ Test(compare, refuses_different_tokens_unless_allowed) {
     o.control = P("ref32.h5");
     td_cmp_result *r = cmp(P("ref.h5"), P("tok.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    cr_assert_str_eq(r->taps[r->first].name, "inp.tokens");
-    cr_assert_eq(r->taps[r->first].step, 2);
-    cr_assert_eq(r->taps[r->first].fail, TD_CMPF_INTEGER);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "inp.tokens");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->step, 2);
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->fail, TD_CMPF_INTEGER);
     td_cmp_result_free(r);
     // a control that consumed other tokens than A is refused, allowed or not
     td_cmp_options oc = td_cmp_options_default();
@@ -854,16 +864,16 @@ Test(compare, planted_perturbation_in_a_real_reference_file, .timeout = 120) {
     tg_copy(P("bis/B-ref32.h5"), P("bad.h5"), perturb_fn, &p, NULL, NULL, NULL, NULL);
     td_cmp_result *r = cmp(P("bis/A-ref.h5"), P("bad.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    cr_assert_str_eq(r->taps[r->first].name, "blk.1.ffn_up");
-    cr_assert_eq(r->taps[r->first].step, 2);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.1.ffn_up");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->step, 2);
     td_cmp_result_free(r);
     // only a later tap: that one is named
     perturb q = {.step = 3, .name = "blk.1.ffn_out", .rel = 1e-3, .propagate = 0};
     tg_copy(P("bis/B-ref32.h5"), P("bad2.h5"), perturb_fn, &q, NULL, NULL, NULL, NULL);
     r = cmp(P("bis/A-ref.h5"), P("bad2.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    cr_assert_str_eq(r->taps[r->first].name, "blk.1.ffn_out");
-    cr_assert_eq(r->taps[r->first].step, 3);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.1.ffn_out");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->step, 3);
     cr_assert_eq(r->n_divergent, 1);
     td_cmp_result_free(r);
 }
@@ -878,11 +888,43 @@ Test(compare, changed_router_pick_in_a_real_moe_file, .timeout = 120) {
     o.control = P("bis/B-ref32.h5");
     td_cmp_result *r = cmp(P("bis/A-ref.h5"), P("bad.h5"), &o);
     cr_assert_eq(r->verdict, TD_DIVERGENT);
-    const td_cmp_tap *t = &r->taps[r->first];
+    const td_cmp_tap *t = td_cmp_tap_at(r, r->first);
     cr_assert_str_eq(t->name, "blk.1.moe_topk");
     cr_assert_eq(t->step, 1);
     cr_assert_eq(t->fail, TD_CMPF_INTEGER);
     cr_assert_eq(t->n_int_mismatch, 1);
     cr_assert_eq(t->mis_b, t->mis_a + 1);
     td_cmp_result_free(r);
+}
+
+/* compare keeps one step's records in memory, whatever the number of steps
+ * (issue 17: 744 bytes per tap per step made a long pair's compare grow). The
+ * same model with 2 and with 30 decode steps holds as many records at most,
+ * and every record still reads back in order. */
+Test(compare, records_in_memory_do_not_grow_with_steps) {
+    int64_t peak[2], n_taps[2];
+    const int decode[2] = {2, 30};
+    for (int k = 0; k < 2; k++) {
+        tg_model m = M;
+        m.n_decode = decode[k];
+        tg_write_model(P("long_ref.h5"), &m, &REF);
+        tg_write_model(P("long_cand.h5"), &m, &CAND);
+        td_cmp_result *r = cmp(P("long_ref.h5"), P("long_cand.h5"), NULL);
+        peak[k] = td_cmp_records_peak(r);
+        n_taps[k] = r->n_taps;
+        int64_t prev_step = -1;
+        for (int64_t i = 0; i < r->n_taps; i++) {
+            const td_cmp_tap *t = td_cmp_tap_at(r, i);
+            cr_assert(t && t->step >= prev_step, "record %lld out of order", (long long)i);
+            prev_step = t->step;
+        }
+        cr_assert_eq(prev_step, decode[k], "the last record is of the last step");
+        cr_assert_null(td_cmp_tap_at(r, r->n_taps));
+        td_cmp_result_free(r);
+    }
+    cr_assert_gt(n_taps[1], 5 * n_taps[0], "the long pair has more taps (%lld vs %lld)", (long long)n_taps[1],
+                 (long long)n_taps[0]);
+    cr_assert_gt(peak[0], 0);
+    cr_assert_eq(peak[1], peak[0], "records held at once: %lld for %d steps, %lld for %d", (long long)peak[0],
+                 decode[0] + 1, (long long)peak[1], decode[1] + 1);
 }

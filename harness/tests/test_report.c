@@ -114,8 +114,8 @@ Test(report, json_round_trips_the_verdict) {
         cJSON *t = cJSON_GetArrayItem(taps, i);
         cJSON *err = cJSON_GetObjectItem(t, "err");
         cr_assert(cJSON_IsNumber(err));
-        cr_assert_float_eq(err->valuedouble, r->taps[i].err, 1e-14 * r->taps[i].err + 1e-300);
-        cr_assert_str_eq(cJSON_GetObjectItem(t, "name")->valuestring, r->taps[i].name);
+        cr_assert_float_eq(err->valuedouble, td_cmp_tap_at(r, i)->err, 1e-14 * td_cmp_tap_at(r, i)->err + 1e-300);
+        cr_assert_str_eq(cJSON_GetObjectItem(t, "name")->valuestring, td_cmp_tap_at(r, i)->name);
     }
     cJSON_Delete(j);
     free(js);
@@ -269,7 +269,7 @@ Test(report, worst_orders_failures_first) {
     int64_t w[5];
     int n = td_report_worst(r, w, 5);
     cr_assert_eq(n, 5);
-    for (int i = 1; i < n; i++) cr_assert_geq(r->taps[w[i - 1]].ratio, r->taps[w[i]].ratio);
+    for (int i = 1; i < n; i++) cr_assert_geq(td_cmp_tap_at(r, w[i - 1])->ratio, td_cmp_tap_at(r, w[i])->ratio);
     td_cmp_result_free(r);
 }
 

@@ -156,10 +156,13 @@ ParameterizedTest(int *ix, thresholds, planted_error_caught_or_not_as_the_table_
     tg_copy(B, P, plant_fn, &p, NULL, NULL, NULL, NULL);
     cr_assert(p.done, "tap %s at step %lld not found", k->tap, (long long)k->step);
     r = compare3(A, P, C);
-    const td_cmp_tap *f = r->first >= 0 ? &r->taps[r->first] : NULL;
+    const td_cmp_tap *f = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
+    td_cmp_tap planted; // a copy: td_cmp_tap_at's slots are reused by later reads
     const td_cmp_tap *t = NULL;
-    for (int64_t i = 0; i < r->n_taps; i++)
-        if (r->taps[i].step == k->step && !strcmp(r->taps[i].name, k->tap)) t = &r->taps[i];
+    for (int64_t i = 0; i < r->n_taps; i++) {
+        const td_cmp_tap *x = td_cmp_tap_at(r, i);
+        if (x->step == k->step && !strcmp(x->name, k->tap)) planted = *x, t = &planted;
+    }
     cr_assert_not_null(t);
     fprintf(stderr, "%-9s %-7s %-14s %-15s step %lld eps %-6g err %-9.3g budget %-9.3g r %-8.3g %s\n", k->arm,
             k->profile, k->fixture, k->tap, (long long)k->step, k->eps, t->err, t->budget, t->ratio,
@@ -240,7 +243,7 @@ ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_t
                 run_arm(model, arms[a], a == 0 ? profiles[a] : NULL, prompt, lens[L], steps, fed, th, B, NULL);
                 td_cmp_result *r = compare3(A, B, C);
                 n_cmp++;
-                const td_cmp_tap *f = r->first >= 0 ? &r->taps[r->first] : NULL;
+                const td_cmp_tap *f = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
                 if (known_false_alarm(name, arms[a], lens[L])) {
                     fprintf(stderr, "KNOWN %s %s %lld-token prompt %d threads: %s (r = %g)\n", name, arms[a],
                             (long long)lens[L], th, r->reason, f ? f->ratio : 0.0);

@@ -101,7 +101,7 @@ static void run_arm(const char *path, const char *backend, const char *out, int 
  * error too: compare.h "small taps".) */
 static void judge(const char *fixture, const td_cmp_result *r) {
     if (r->verdict == TD_OK) return;
-    const td_cmp_tap *t = r->first >= 0 ? &r->taps[r->first] : NULL;
+    const td_cmp_tap *t = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
     cr_assert_fail("%s: DIVERGENT%s%s step %lld (%s): err %.3g, control %.3g, budget %.3g, r = %.3g; %s", fixture,
                    t ? " at " : "", t ? t->name : "", t ? (long long)t->step : -1LL, t ? td_cmp_fail_name(t->fail) : "-",
                    t ? t->err : NAN, t ? t->err_ctrl : NAN, t ? t->budget : NAN, t ? t->ratio : NAN, r->reason);
