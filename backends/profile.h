@@ -28,11 +28,14 @@
  *               both operands (activations and dequantized weights) to f16
  *               (the tiled path, N = the matrix-vector limit, 8 in
  *               ggml-vulkan); sums stay in the working precision.
- *   acc-f16     the f16-tiled matmuls above keep their sums in f16 (every
- *               partial sum rounded, in index order): both attention
- *               matmuls under attn-f16, and quantized weights under mm-f16
- *               (ggml-vulkan's f16acc shaders on fp16 devices without
- *               cooperative matrices).
+ *   acc-f16     quantized weight matmuls under mm-f16 sum in f16, as
+ *               ggml-vulkan's f16acc tile runs on lavapipe (fp16 devices
+ *               without cooperative matrices or integer dot products): k in
+ *               pairs, each pair from its higher index down, every product
+ *               rounded to f16 and then every sum (lavapipe splits the f16
+ *               fma). Attention sums stay in the working precision
+ *               (llama.cpp asks for f32 scores; the context tile measures
+ *               as f32 there).
  *   kv-f16      the K/V cache stores f16: keys and values are rounded when
  *               written.
  *   fa-f16      flash attention casts K and V to f16 (every step), as

@@ -81,6 +81,11 @@ void td_ref_l2norm_f64(double *x, int64_t n, double eps);
  * o (dk) = S^T q / sqrt(dk) with the updated S. q, k already L2-normed. */
 void td_ref_gdn_step_f64(double *S, double *o, const double *q, const double *k, const double *v, double gamma,
                          double beta, int64_t dk);
+/* a . b (n) with an f16 accumulator, as ggml-vulkan's tiled matmul sums a
+ * quantized weight on lavapipe (profile acc-f16): k in groups of g, each group
+ * from its last element down to its first, groups in increasing k; every
+ * product rounded to f16, then every sum. a, b hold f16 values. */
+double td_ref_dot_acc16_f64(const double *a, const double *b, int64_t n, int64_t g);
 
 /* ---- f32 primitives (ref32): the same code computing in float ---------- */
 
@@ -94,6 +99,7 @@ void td_ref_moe_route_f32(int32_t *topk, float *weights, const float *probs, int
 void td_ref_l2norm_f32(float *x, int64_t n, float eps);
 void td_ref_gdn_step_f32(float *S, float *o, const float *q, const float *k, const float *v, float gamma, float beta,
                          int64_t dk);
+float td_ref_dot_acc16_f32(const float *a, const float *b, int64_t n, int64_t g);
 
 #ifdef __cplusplus
 }

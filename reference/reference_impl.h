@@ -55,15 +55,32 @@ static real dot(const real *a, const real *b, int64_t n) {
     return s;
 }
 
-/* dot with an f16 accumulator (profile acc-f16): every partial sum is
- * rounded to f16, in index order. */
-static real dot_acc16(const real *a, const real *b, int64_t n) {
-    real s = 0;
-    for (int64_t i = 0; i < n; i++) {
-        s += a[i] * b[i];
-        ACT_ROUND(&s, &s, 1, TD_ACT_F16);
-    }
+/* One step of ggml-vulkan's f16 accumulator as lavapipe runs it: the
+ * product rounded to f16, then the sum rounded to f16 (its fma() on f16
+ * values is split in two; measured: a fused step leaves the arm 45x further
+ * from the oracle at blk.0.attn_q of qwen3moe-q4_k, 40 tokens). Computed in
+ * f64 in ref and ref32 alike (products of f16 values and sums of f16 values
+ * are exact there; the f32 hop inside td_act_round_f64 is the device's own),
+ * so both arms round the same sums the same way. */
+static inline double mul_add_f16(double a, double b, double acc) {
+    double p = a * b;
+    td_act_round_f64(&p, &p, 1, TD_ACT_F16);
+    double s = p + acc;
+    td_act_round_f64(&s, &s, 1, TD_ACT_F16);
     return s;
+}
+
+/* dot with an f16 accumulator (profile acc-f16) in ggml-vulkan's tiled
+ * order: k in groups of g (2 for quantized weights), each group from its
+ * last element down to its first (its dot_product() nests the fma()s that
+ * way), groups in increasing k. Zero padding past n adds nothing. */
+real FN(dot_acc16)(const real *a, const real *b, int64_t n, int64_t g) {
+    double s = 0;
+    for (int64_t i0 = 0; i0 < n; i0 += g) {
+        const int64_t i1 = i0 + g < n ? i0 + g : n;
+        for (int64_t i = i1 - 1; i >= i0; i--) s = mul_add_f16((double)a[i], (double)b[i], s);
+    }
+    return (real)s;
 }
 
 void FN(rmsnorm)(real *out, const real *x, const real *w, real eps, int64_t n) {
@@ -147,10 +164,13 @@ void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_
 /* Attention of the (token, head) pairs i = t*H + h in [i0, i1), each pair on
  * its own: its scores in att, its output row in out, nothing shared. So
  * splitting the pairs between threads cannot change a bit. probs16: the
- * probabilities (and with acc16 every scores/context partial sum) rounded to
- * f16 (profile attn-f16). */
+ * probabilities rounded to f16 (profile attn-f16). Both sums stay in the
+ * working precision under acc-f16 too: llama.cpp asks for f32 accumulation
+ * of the scores, and lavapipe's f16-accumulating context tile measures as
+ * f32 (blk.0.attn_ctx of stories260K, 8 tokens: the f32 model equals the arm
+ * to ref32's error, an f16 accumulator is 21x further). */
 static void attention_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
-                            int64_t H, int64_t Hkv, int64_t D, int64_t i0, int64_t i1, int probs16, int acc16) {
+                            int64_t H, int64_t Hkv, int64_t D, int64_t i0, int64_t i1, int probs16) {
     // out, q: (T, H*D); k, v: (n_kv, Hkv*D), row s = position s; att: (pos[t]+1)
     const real scale = 1 / R_SQRT((real)D);
     for (int64_t i = i0; i < i1; i++) {
@@ -158,24 +178,21 @@ static void attention_range(real *out, const real *q, const real *k, const real 
         const int64_t n = pos[t] + 1; // causal: positions 0..pos[t], the token itself included
         const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
         const real *qh = q + (t * H + h) * D;
-        for (int64_t s = 0; s < n; s++) att[s] = scale * (acc16 ? dot_acc16 : dot)(qh, k + (s * Hkv + g) * D, D);
+        for (int64_t s = 0; s < n; s++) att[s] = scale * dot(qh, k + (s * Hkv + g) * D, D);
         FN(softmax)(att, att, n);
         if (probs16) ACT_ROUND(att, att, n, TD_ACT_F16);
         real *oh = out + (t * H + h) * D;
         for (int64_t d = 0; d < D; d++) oh[d] = 0;
         for (int64_t s = 0; s < n; s++) {
             const real *vs = v + (s * Hkv + g) * D;
-            for (int64_t d = 0; d < D; d++) {
-                oh[d] += att[s] * vs[d];
-                if (acc16) ACT_ROUND(&oh[d], &oh[d], 1, TD_ACT_F16);
-            }
+            for (int64_t d = 0; d < D; d++) oh[d] += att[s] * vs[d];
         }
     }
 }
 
 void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
                    int64_t T, int64_t H, int64_t Hkv, int64_t D) {
-    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0, 0);
+    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0);
 }
 
 void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
@@ -386,7 +403,7 @@ static void mm_worker(void *ctx, int w, int nw) {
         }
         if (j->mm16) ACT_ROUND(row, row, n_in, TD_ACT_F16);
         for (int64_t t = 0; t < T; t++) {
-            real s = j->acc16 ? dot_acc16(row, j->in + t * n_in, n_in) : dot(row, j->in + t * n_in, n_in);
+            real s = j->acc16 ? FN(dot_acc16)(row, j->in + t * n_in, n_in, 2) : dot(row, j->in + t * n_in, n_in);
             if (j->bias) s += j->bias[o];
             j->out[t * n_out + o] = s;
         }
@@ -473,7 +490,7 @@ typedef struct att_job {
     real *out;
     const real *q, *k, *v;
     int64_t T, H, Hkv, D;
-    int probs16, acc16;
+    int probs16;
 } att_job;
 
 /* Worker w takes the (token, head) pairs [w*T*H/n, (w+1)*T*H/n) with its
@@ -482,7 +499,7 @@ static void att_worker(void *ctx, int w, int nw) {
     const att_job *j = ctx;
     const int64_t n = j->T * j->H;
     attention_range(j->out, j->q, j->k, j->v, j->r->a.pos, j->r->att + (int64_t)w * j->r->kv_cap, j->H, j->Hkv,
-                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->acc16);
+                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16);
 }
 
 /* Attention sub-block of layer l: a->x (T, E) -> a->proj (T, E) = attn_out. */
@@ -553,7 +570,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = r->k16, .v = r->v16, .T = T, .H = H, .Hkv = Hkv,
-                     .D = D, .probs16 = 1, .acc16 = (r->profile.rules & TD_RULE_ACC_F16) != 0};
+                     .D = D, .probs16 = 1};
         td_ref_pool_run(r->pool, att_worker, &j);
     } else {
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = kc, .v = vc, .T = T, .H = H, .Hkv = Hkv, .D = D};

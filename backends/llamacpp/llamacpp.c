@@ -957,6 +957,9 @@ static void declare_profile(lc_backend *s) {
         // fp16 devices load the tiled matmul (steps of more than 8 tokens;
         // attention at any step of several tokens) into f16 tiles
         snprintf(p, n, "%s", g->fp16 ? "attn-f16+mm-f16@8" : "native");
+        // ggml-vulkan sums quantized tiles in f16 on fp16 devices without
+        // cooperative matrices or integer dot products (its f16acc shaders)
+        if (s->kind == LC_VULKAN && g->fp16 && !g->coopmat && !g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+acc-f16");
         if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
     }
     if (s->flash_attn) {
@@ -1309,9 +1312,9 @@ const td_backend_vt td_llamacpp_backend = {
 };
 
 /* The same adapter on llama.cpp's Vulkan backend (any Vulkan device,
- * lavapipe on a machine without a GPU). The declared profile below is the
- * usual one (fp16 device, no integer dot); each instance declares its
- * device's own. */
+ * lavapipe on a machine without a GPU). The declared profile below is
+ * lavapipe's (fp16, no integer dot, no cooperative matrices); each instance
+ * declares its device's own. */
 const td_backend_vt td_llamacpp_vulkan_backend = {
     .name = "llamacpp:vulkan",
     .precision = "f32",
@@ -1320,7 +1323,7 @@ const td_backend_vt td_llamacpp_vulkan_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
-    .profile = "attn-f16+mm-f16@8",
+    .profile = "attn-f16+mm-f16@8+acc-f16",
     .profile_of = lc_profile_of,
     .probe = lc_probe_vulkan,
     .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),

@@ -522,3 +522,24 @@ Test(gdn, delta_rule_three_steps) {
     assert_close(o[0], -2 * r2, 1e-15);
     assert_close(o[1], 7 * r2, 1e-15);
 }
+
+/* acc-f16 as lavapipe runs ggml-vulkan's f16-accumulating tile: pairs of k
+ * from the higher index down, every product and every sum rounded to f16.
+ * Values worked by hand (f16 has 11 significant bits: from 2048 to 4096 its
+ * step is 2; ties go to the even significand). */
+Test(acc_f16, dot_order_and_roundings) {
+    // {2048, 0 | 1, 2}: pair 0 gives 0 then 2048; pair 1 adds 2 (2050, exact)
+    // then 1 (2051, a tie between 2050 and 2052: 2052). Index order would
+    // give 2048 + 1 -> 2048, + 2 -> 2050; the exact sum is 2051.
+    const double a[4] = {1, 1, 1, 1}, b[4] = {2048, 0, 1, 2};
+    cr_assert_eq(td_ref_dot_acc16_f64(a, b, 4, 2), 2052.0);
+    const float af[4] = {1, 1, 1, 1}, bf[4] = {2048, 0, 1, 2};
+    cr_assert_eq(td_ref_dot_acc16_f32(af, bf, 4, 2), 2052.0f);
+    // an odd length: the last pair holds one value (the zero padding adds nothing)
+    cr_assert_eq(td_ref_dot_acc16_f64(a, b, 3, 2), 2048.0); // 2048 + 1 = 2049 -> 2048
+    // the product is rounded before the sum: -1 first (the higher index),
+    // then (1 + 3/1024)^2 = 1 + 6/1024 + 9/2^20 rounds to 1 + 6/1024, and the
+    // sum is 6/1024 (a fused step would keep 6/1024 + 2^-17)
+    const double x = 1 + 3.0 / 1024, c[2] = {x, -1}, d[2] = {x, 1};
+    cr_assert_eq(td_ref_dot_acc16_f64(c, d, 2, 2), 6.0 / 1024, "%.17g", td_ref_dot_acc16_f64(c, d, 2, 2));
+}
