@@ -204,9 +204,10 @@ Test(vulkan, untapped_and_tapped_logits_equal, .init = setup, .fini = teardown) 
 
 /* Flash attention on (one fused node, K and V cast to f16): the arm declares
  * fa-f16 and its logits stay within 1e-3 of the plain oracle's. Not asserted:
- * conformance. lavapipe's flash-attention shader rounds more than K/V (blk.0.
- * attn_ctx at step 1, r ~ 270 against fa-f16; Q and P in f16 too make it
- * worse), a gap in the profile the log shows. */
+ * conformance. ggml-vulkan's scalar flash-attention shader holds Q*scale
+ * and the probabilities in f16 too and accumulates the output in f16 across
+ * its column threads, with online-softmax rescales (blk.0.attn_ctx at step 1,
+ * r ~ 270 against fa-f16), a gap in the profile the log shows. */
 Test(vulkan, flash_attention_declared_and_close, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
