@@ -789,6 +789,8 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     switch (L->kind) {
     case TD_LAYER_ATTENTION: rc = attention_block(r, l, T, sink, err); break;
     case TD_LAYER_GDN: rc = gdn_block(r, l, T, sink, err); break;
+    case TD_LAYER_HC_GDN: // qwen4exp: refused at open (layer_kinds)
+    case TD_LAYER_HC_QSA:
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     if (rc) return rc;
