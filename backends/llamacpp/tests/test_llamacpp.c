@@ -26,6 +26,7 @@
 #include "catalog.h"
 #ifdef TD_HAVE_LLAMACPP
 #include "llamacpp.h"
+#include "reference.h"
 #include "td_test.h"
 #endif
 
@@ -928,4 +929,95 @@ Test(llamacpp, qwen4exp_fixtures_run_and_qsa_selection_is_live, .init = make_tmp
     const double rq = rel_l2(lg[0], lg[2], T * V);
     cr_expect(rq > 0 && rq < 0.2, "qwen4exp-q8_0 vs -f32: rel L2 %.3g", rq);
     for (int f = 0; f < 3; f++) free(lg[f]);
+}
+
+/* The peer's QSA selection against tapdiff's rule (td_ref_qsa_select_f64,
+ * arch-qwen4exp.md §4.5) fed with the peer's own block scores, on a 40-token
+ * prefill of qwen4exp-f32 (all graph nodes dumped: the scores
+ * indexer_score-L and the unnamed TOP_K node of each QSA layer, told apart
+ * by their width W = B + r - 1: 11 for block 1 (r = 4), 15 for block 3 (r =
+ * 8)). Dense queries (p + 1 <= W) must select every visible position; sparse
+ * ones the same tail and the same whole blocks, and as many positions of the
+ * block the budget cuts and the blocks tied with it (ReLU makes exact 0
+ * scores common). WHICH of those interchangeable positions the peer keeps is
+ * its unstable top-k (§7.1): counted and logged, not asserted. */
+Test(llamacpp, qwen4exp_qsa_selection_matches_the_spec_up_to_the_cut_block, .init = make_tmpdir,
+     .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    char model[512], taps[600], cmd[2048], out[8192];
+    fixture_path("qwen4exp-f32", model, sizeof model);
+    snprintf(taps, sizeof taps, "%s/sel.h5", tmpdir);
+    snprintf(cmd, sizeof cmd,
+             "TD_LLAMACPP_ALL_NODES=1 '%s' run --model '%s' --backend llamacpp --tokens "
+             "10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,"
+             "45,46,47,48,49 --steps 1 --out '%s' 2>&1",
+             exe, model, taps);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    td_tapfile *f = open_taps(taps);
+    td_tap_info *ti = NULL;
+    int64_t n = 0;
+    td_err err = {{0}};
+    cr_assert_eq(td_tapfile_step_taps(f, 0, &ti, &n, &err), TD_OK, "%s", err.msg);
+    static const int layer[2] = {1, 3}, ratio[2] = {4, 8};
+    int n_cut_differs = 0, n_sparse = 0;
+    for (int q = 0; q < 2; q++) {
+        const int64_t r = ratio[q], W = 8 + r - 1;
+        char sname[64];
+        snprintf(sname, sizeof sname, "llamacpp.indexer_score-%d.", layer[q]);
+        const td_tap_info *si = NULL, *ki = NULL;
+        for (int64_t i = 0; i < n; i++) {
+            if (!strncmp(ti[i].name, sname, strlen(sname))) si = &ti[i];
+            const size_t ln = strlen(ti[i].name);
+            if (ln > 6 && !strcmp(ti[i].name + ln - 6, ".TOP_K") && ti[i].ndim == 2 && ti[i].shape[1] == W) ki = &ti[i];
+        }
+        cr_assert(si && ki, "layer %d: no indexer_score / TOP_K node in the dump", layer[q]);
+        const int64_t T = si->shape[0], NB = si->shape[1];
+        cr_assert_eq(T, 40);
+        double *sc = read_tap(f, 0, si), *tk = read_tap(f, 0, ki);
+        for (int64_t t = 0; t < T; t++) {
+            int64_t sel[64], lc[64], m = 0;
+            const int64_t ns = td_ref_qsa_select_f64(sel, sc + t * NB, t, r, W);
+            for (int64_t j = 0; j < W; j++)
+                if (tk[t * W + j] <= (double)t) lc[m++] = (int64_t)tk[t * W + j]; // masked (future) cells dropped
+            cr_assert_eq(m, ns, "layer %d query %lld: %lld selected, expected %lld", layer[q], (long long)t,
+                         (long long)m, (long long)ns);
+            // the boundary group: the complete blocks scoring exactly the lowest score tapdiff takes a position
+            // of (the block the budget cuts, and any block tied with it). Their positions are interchangeable
+            // (equal token scores): the peer must take as many of them, and agree everywhere else.
+            const int64_t nb = (t + 1) / r;
+            double s_min = INFINITY;
+            for (int64_t j = 0; j < ns; j++)
+                if (sel[j] / r < nb && sc[t * NB + sel[j] / r] < s_min) s_min = sc[t * NB + sel[j] / r];
+            int64_t in_grp_ref = 0, in_grp_lc = 0;
+            for (int64_t j = 0; j < ns; j++) in_grp_ref += sel[j] / r < nb && sc[t * NB + sel[j] / r] == s_min;
+            for (int64_t j = 0; j < m; j++) {
+                if (lc[j] / r < nb && sc[t * NB + lc[j] / r] == s_min) {
+                    in_grp_lc++;
+                    continue;
+                }
+                int found = 0;
+                for (int64_t k = 0; k < ns; k++) found |= sel[k] == lc[j];
+                cr_expect(found, "layer %d query %lld: the peer selects position %lld outside the boundary blocks",
+                          layer[q], (long long)t, (long long)lc[j]);
+            }
+            cr_expect_eq(in_grp_lc, in_grp_ref, "layer %d query %lld: positions in the boundary blocks", layer[q],
+                         (long long)t);
+            if (t + 1 > W) n_sparse++;
+            int same = 1;
+            for (int64_t j = 0; j < m; j++) {
+                int found = 0;
+                for (int64_t k = 0; k < ns; k++) found |= sel[k] == lc[j];
+                same &= found;
+            }
+            n_cut_differs += !same;
+        }
+        free(sc), free(tk);
+    }
+    cr_log_info("qwen4exp-f32: %d of %d sparse queries keep other positions of the boundary blocks than "
+                "tapdiff's lower-block, lowest-position-first order",
+                n_cut_differs, n_sparse);
+    free(ti);
+    td_tapfile_close(f);
 }
