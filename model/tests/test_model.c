@@ -1004,6 +1004,11 @@ Test(model, qwen4exp_binds_hc_qsa_gdn_and_ple) {
                   ly->ffn.down_shexp, "block %d", l);
     }
     td_model_close(m);
+    proc ip = run_inspect(path, NULL); // every tensor of the file is bound, none left over
+    cr_expect_eq(WEXITSTATUS(ip.status), 0, "%s", ip.err);
+    cr_expect(strstr(ip.out, "valid: qwen4exp model, 2 blocks"), "%s", ip.out);
+    cr_expect(strstr(ip.out, "  unused tensors: 0\n"), "%s", ip.out);
+    proc_free(&ip);
     unlink(path);
 }
 
