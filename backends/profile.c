@@ -57,19 +57,98 @@ int64_t td_act_block(td_act_fmt fmt) {
     }
 }
 
+/* Rounding ties of the f64 oracle (profile.h td_act_ties_begin): while a
+ * session is open, every code whose scaled value lies within tau of a
+ * half-integer is logged, and the listed ones take the other side. One
+ * session at a time per process; the f64 rounding runs on the calling thread
+ * only (the reference quantizes before it hands rows to its workers). */
+typedef struct ties_state {
+    int on;
+    double tau;
+    int64_t step, call;
+    const td_act_tie *flips;
+    int n_flips;
+    td_act_tie *log;
+    int n_log, cap_log;
+} ties_state;
+static ties_state g_ties;
+
+void td_act_ties_begin(const td_act_tie *flips, int n_flips, double tau) {
+    free(g_ties.log);
+    g_ties = (ties_state){.on = 1, .tau = tau, .step = -1, .call = -1, .flips = flips, .n_flips = n_flips};
+}
+
+void td_act_ties_forward(void) {
+    if (!g_ties.on) return;
+    g_ties.step++;
+    g_ties.call = -1;
+}
+
+void td_act_ties_end(td_act_tie **log, int *n) {
+    if (log) *log = g_ties.log, *n = g_ties.n_log;
+    else free(g_ties.log);
+    g_ties = (ties_state){0};
+}
+
+static void ties_call(void) {
+    if (g_ties.on) g_ties.call++;
+}
+
+/* Logs v (a scaled value whose tie is at v - floor(v) = 0.5) when it lies
+ * within tau of the tie, with `alt`, the result on the tie's other side;
+ * returns 1 with *pick when (step, call, elem) is pinned. */
+static int tie_pinned(double v, int64_t elem, double alt, double *pick) {
+    if (!g_ties.on || fabs(v - floor(v) - 0.5) >= g_ties.tau) return 0;
+    const td_act_tie me = {.step = g_ties.step, .call = g_ties.call, .elem = elem, .v = v, .pick = alt};
+    int pinned = 0;
+    for (int i = 0; i < g_ties.n_flips && !pinned; i++) {
+        const td_act_tie *t = &g_ties.flips[i];
+        if ((pinned = t->step == me.step && t->call == me.call && t->elem == me.elem)) *pick = t->pick;
+    }
+    if (g_ties.n_log == g_ties.cap_log) {
+        g_ties.cap_log = g_ties.cap_log ? 2 * g_ties.cap_log : 64;
+        g_ties.log = td_xrealloc(g_ties.log, (size_t)g_ties.cap_log * sizeof *g_ties.log);
+    }
+    g_ties.log[g_ties.n_log++] = me;
+    return pinned;
+}
+
+/* The code of scaled value v rounded as `q` (ties to even), or its pin. */
+static double tie_code(double v, double q, int64_t elem) {
+    if (!g_ties.on) return q;
+    double pick = q;
+    tie_pinned(v, elem, q == floor(v) ? q + 1 : q - 1, &pick);
+    return pick;
+}
+
+/* The f16 scale of a Q8_0 block (elem = -1 - block index), or its pin;
+ * v = y's distance above the lower of its two f16 neighbours, in f16 ulps
+ * (0.5: the midpoint). */
+static double tie_scale_f16(float y, int64_t elem) {
+    const uint16_t h = td_f32_to_f16(y);
+    const double q = td_f16_to_f32(h);
+    if (!g_ties.on || !(y > 0.0f) || !isfinite(q)) return q;
+    const uint16_t h2 = (double)y < q ? (uint16_t)(h - 1) : (uint16_t)(h + 1); // positive: bits are monotonic
+    const double q2 = td_f16_to_f32(h2), lo = fmin(q, q2), ulp = fabs(q2 - q);
+    double pick = q;
+    tie_pinned(((double)y - lo) / ulp, elem, q2, &pick);
+    return pick;
+}
+
 /* One Q8_0 (or Q8_1: the same d and q) block of 32. The scale is rounded to
  * f16 for storage but the codes are computed with 127/a, not with the
  * stored scale, so a value's code can differ from rint(x / f16(d)). */
-static void round_q8_0_block(float *out, const float *x) {
+static void round_q8_0_block(float *out, const float *x, int64_t elem0) {
     float a = 0;
     for (int j = 0; j < 32; j++) {
         const float ax = fabsf(x[j]);
         if (ax > a) a = ax;
     }
-    const float d = td_f16_to_f32(td_f32_to_f16(a / 127.0f));
+    const float d = (float)tie_scale_f16(a / 127.0f, -1 - elem0 / 32);
     const float id = a != 0.0f ? 127.0f / a : 0.0f;
     for (int j = 0; j < 32; j++) {
-        float q = rintf(x[j] * id); // default rounding mode: ties to even
+        const float v = x[j] * id;
+        float q = (float)tie_code(v, rintf(v), elem0 + j); // rintf: ties to even
         if (q > 127) q = 127;
         if (q < -127) q = -127;
         out[j] = d * q; // exact: 11-bit scale times an 8-bit code
@@ -78,7 +157,7 @@ static void round_q8_0_block(float *out, const float *x) {
 
 /* One Q8_K block of 256: the scale carries the sign of the largest-magnitude
  * value, so that value maps to -127 (never +128). */
-static void round_q8_k_block(float *out, const float *x) {
+static void round_q8_k_block(float *out, const float *x, int64_t elem0) {
     float a = 0, m = 0;
     for (int j = 0; j < 256; j++) {
         const float ax = fabsf(x[j]);
@@ -91,7 +170,8 @@ static void round_q8_k_block(float *out, const float *x) {
     const float s = -127.0f / m;
     const float d = 1.0f / s;
     for (int j = 0; j < 256; j++) {
-        float q = rintf(s * x[j]);
+        const float v = s * x[j];
+        float q = (float)tie_code(v, rintf(v), elem0 + j);
         if (q > 127) q = 127;
         out[j] = d * q;
     }
@@ -111,33 +191,35 @@ void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt) {
         return;
     case TD_ACT_Q8_0:
     case TD_ACT_Q8_1:
-        for (int64_t i = 0; i < n; i += 32) round_q8_0_block(out + i, x + i);
+        ties_call();
+        for (int64_t i = 0; i < n; i += 32) round_q8_0_block(out + i, x + i, i);
         return;
     case TD_ACT_Q8_K:
-        for (int64_t i = 0; i < n; i += 256) round_q8_k_block(out + i, x + i);
+        ties_call();
+        for (int64_t i = 0; i < n; i += 256) round_q8_k_block(out + i, x + i, i);
         return;
     }
     TD_ASSERT(0 && "unknown activation format");
 }
 
 /* The same blocks in f64 (profile.h: the scale rounded to its storage type). */
-static void round_q8_0_block_f64(double *out, const double *x) {
+static void round_q8_0_block_f64(double *out, const double *x, int64_t elem0) {
     double a = 0;
     for (int j = 0; j < 32; j++) {
         const double ax = fabs(x[j]);
         if (ax > a) a = ax;
     }
-    const double d = td_f16_to_f32(td_f32_to_f16((float)(a / 127.0)));
+    const double d = tie_scale_f16((float)(a / 127.0), -1 - elem0 / 32);
     const double id = a != 0.0 ? 127.0 / a : 0.0;
     for (int j = 0; j < 32; j++) {
-        double q = rint(x[j] * id);
+        double q = tie_code(x[j] * id, rint(x[j] * id), elem0 + j);
         if (q > 127) q = 127;
         if (q < -127) q = -127;
         out[j] = d * q;
     }
 }
 
-static void round_q8_k_block_f64(double *out, const double *x) {
+static void round_q8_k_block_f64(double *out, const double *x, int64_t elem0) {
     double a = 0, m = 0;
     for (int j = 0; j < 256; j++) {
         const double ax = fabs(x[j]);
@@ -150,7 +232,7 @@ static void round_q8_k_block_f64(double *out, const double *x) {
     const double s = -127.0 / m;
     const double d = (float)(1.0 / s); // the block stores an f32 scale
     for (int j = 0; j < 256; j++) {
-        double q = rint(s * x[j]);
+        double q = tie_code(s * x[j], rint(s * x[j]), elem0 + j);
         if (q > 127) q = 127;
         out[j] = d * q;
     }
@@ -170,10 +252,12 @@ void td_act_round_f64(double *out, const double *x, int64_t n, td_act_fmt fmt) {
         return;
     case TD_ACT_Q8_0:
     case TD_ACT_Q8_1:
-        for (int64_t i = 0; i < n; i += 32) round_q8_0_block_f64(out + i, x + i);
+        ties_call();
+        for (int64_t i = 0; i < n; i += 32) round_q8_0_block_f64(out + i, x + i, i);
         return;
     case TD_ACT_Q8_K:
-        for (int64_t i = 0; i < n; i += 256) round_q8_k_block_f64(out + i, x + i);
+        ties_call();
+        for (int64_t i = 0; i < n; i += 256) round_q8_k_block_f64(out + i, x + i, i);
         return;
     }
     TD_ASSERT(0 && "unknown activation format");

@@ -134,6 +134,34 @@ int td_profile_mm_f16(const td_profile *p, int64_t T);
 /* Are K and V rounded to f16 when stored (kv-f16, fa-f16: every step)? */
 int td_profile_kv_store_f16(const td_profile *p);
 
+
+/* ---- Rounding ties of the f64 oracle ------------------------------------
+ * An arm computing in f32 rounds an activation code from a value that
+ * differs from the oracle's by f32 rounding; where the scaled value x/d lies
+ * that close to a half-integer, either code is honest, and the flip moves a
+ * matmul output by d times one weight column (~1e-3 relative): far above a
+ * budget of f32 rounding. A session lets the caller see those near-ties and
+ * have the oracle take the other side of chosen ones (harness/ties.h
+ * searches for the ones the arm took). Only the Q8 formats take part; a tie is named by the forward (step, from 0 = the prefill), the
+ * call of td_act_round_f64 in that forward (one activation row each), and
+ * the element within the row. */
+typedef struct td_act_tie {
+    int64_t step, call, elem;
+    double v;    /* the scaled value: its distance to the half-integer says how near */
+    double pick; /* in a log: the other side's result; in a pin list: the result to take */
+} td_act_tie;
+
+/* Opens a session: logs every code (or Q8_0 f16 scale) within tau (code
+ * units, f16 ulps) of a tie, and gives the n_flips pinned ones their pick
+ * (borrowed until td_act_ties_end). td_act_round_f32 and _f64 both take
+ * part, so the f32 control can take the same side as the oracle. */
+void td_act_ties_begin(const td_act_tie *flips, int n_flips, double tau);
+/* A forward starts (the reference calls it; no-op outside a session). */
+void td_act_ties_forward(void);
+/* Closes the session; *log (free() it) and *n receive the near-ties met in
+ * order, or log NULL to drop them. */
+void td_act_ties_end(td_act_tie **log, int *n);
+
 #ifdef __cplusplus
 }
 #endif

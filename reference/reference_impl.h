@@ -926,6 +926,7 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
     int rc;
 
     if ((rc = td_fwd_check_step(REF_NAME, tokens, T, pos0, r->n_past, r->n_ctx, V, err))) return rc;
+    td_act_ties_forward(); // names the near-ties of this forward (profile.h)
 
     acts_ensure(r, T);
     kv_ensure(r, pos0 + T);

@@ -22,6 +22,7 @@
 #include "extarm.h"
 #include "report.h"
 #include "runner.h"
+#include "ties.h"
 
 static const char *const bisect_help =
     "usage: tapdiff bisect --model M.gguf --a ARM --b ARM (--tokens LIST | --tokens-file F |\n"
@@ -212,9 +213,9 @@ static void on_step(void *user, int64_t done, int64_t total) {
 }
 
 /* One arm over the prompt: greedy when pinned == NULL, else pinned. */
-static int run_arm(const bisect_args *a, const td_model *m, const char *backend, const char *path,
-                   const int32_t *prompt, int64_t n_prompt, const int32_t *pinned, const char *inject,
-                   const char *profile, td_run_result *res, td_err *err) {
+static td_run_config arm_config(const bisect_args *a, const td_model *m, const char *backend, const char *path,
+                                const int32_t *prompt, int64_t n_prompt, const int32_t *pinned, const char *inject,
+                                const char *profile) {
     td_run_config cfg;
     td_run_config_init(&cfg);
     cfg.model_path = a->model;
@@ -235,6 +236,13 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
     cfg.profile = profile;
     cfg.command_line = td_cli_command_line;
     cfg.prompt_text = a->prompt_text;
+    return cfg;
+}
+
+static int run_arm(const bisect_args *a, const td_model *m, const char *backend, const char *path,
+                   const int32_t *prompt, int64_t n_prompt, const int32_t *pinned, const char *inject,
+                   const char *profile, td_run_result *res, td_err *err) {
+    td_run_config cfg = arm_config(a, m, backend, path, prompt, n_prompt, pinned, inject, profile);
     char label[64];
     snprintf(label, sizeof label, "bisect %s", backend);
     td_progress *p = a->quiet ? NULL : td_progress_begin(label, (long)(1 + a->steps));
@@ -257,6 +265,7 @@ typedef struct arm_col {
     td_run_result run, oracle, ctrl;
     td_cmp_result *cr;
     double logits_vs_oracle, logits_vs_plain; /* rel. L2 of the last-position logits, all steps */
+    td_ties_report ties; /* rounding ties where the oracle took this arm's side */
 } arm_col;
 
 /* ||x - y|| / ||y|| over n values. */
@@ -322,6 +331,7 @@ static cJSON *col_json(const arm_col *c) {
     cJSON_AddStringToObject(o, "worst_tap", wn);
     cJSON_AddNumberToObject(o, "logits_vs_oracle", c->logits_vs_oracle);
     cJSON_AddNumberToObject(o, "logits_vs_plain_oracle", c->logits_vs_plain);
+    cJSON_AddNumberToObject(o, "oracle_ties_taken", c->ties.n_flips);
     char *js = td_report_json(c->cr);
     cJSON *cmp = cJSON_Parse(js);
     free(js);
@@ -368,6 +378,20 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
             goto out;
         o.control = c->ctrl_path;
         if ((rc = td_compare(c->oracle_path, c->path, &o, &c->cr, err))) goto out;
+        if (c->cr->verdict != TD_OK && strcmp(c->profile, "native") && !strcmp(a->oracle, "ref")) {
+            // the arm may have rounded an activation code or block scale on the other side
+            // of a tie than the f64 oracle: the oracle takes its side there (ties.h)
+            const td_run_config oc = arm_config(a, m, a->oracle, c->oracle_path, prompt, n_prompt, fed, NULL, c->profile),
+                                cc = arm_config(a, m, ctrl_arm, c->ctrl_path, prompt, n_prompt, fed, NULL, c->profile);
+            if ((rc = td_ties_follow(&oc, &cc, c->path, &o, &c->cr, &c->ties, err))) goto out;
+            if (c->ties.n_flips) { // the oracle's logits with the same ties
+                td_run_result_free(&c->oracle);
+                td_act_ties_begin(c->ties.flips, c->ties.n_flips, TD_TIES_TAU);
+                rc = run_arm(a, m, a->oracle, NULL, prompt, n_prompt, fed, NULL, c->profile, &c->oracle, err);
+                td_act_ties_end(NULL, NULL);
+                if (rc) goto out;
+            }
+        }
         c->logits_vs_oracle = rel_l2(c->run.logits, c->oracle.logits, nl);
         c->logits_vs_plain = rel_l2(c->run.logits, plain.logits, nl);
     }
@@ -445,6 +469,13 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
         else
             snprintf(d, sizeof d, "conformant");
         printf("direct A vs B (control: %s with B's profile %s, against A): %s\n", ctrl_arm, col[1].profile, d);
+        for (int i = 0; i < 2; i++)
+            if (col[i].ties.n_flips) {
+                char tl[2048];
+                td_ties_describe(&col[i].ties, tl, sizeof tl);
+                printf("%s: the oracle took arm %s's side of %d rounding tie(s) (%d oracle reruns): %s\n", i ? "B" : "A",
+                       col[i].arm, col[i].ties.n_flips, col[i].ties.n_reruns, tl);
+            }
         printf("verdict: %s\n", verdict);
     }
     {

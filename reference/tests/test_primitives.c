@@ -382,6 +382,56 @@ Test(act_q8, q8_k_block) {
     cr_assert_eq(y2[2], (1.0f / -63.5f) * 127);
 }
 
+/* Rounding-tie sessions (profile.h td_act_ties_*): a scaled value within tau
+ * of a half-integer is logged with the code on the tie's other side, and a
+ * pinned one takes it, in both precisions; the f16 scale of a block whose
+ * a/127 sits at the midpoint of two f16 values likewise; outside a session
+ * nothing changes. Block 0: max 127 -> d = 1, x/d = 40.5 + 2^-12 -> 41
+ * (40 pinned). Block 1: max a = 127 (1 + 2^-11) -> a/127 = 1 + 2^-11, the
+ * midpoint of f16 1 and 1 + 2^-10: rounds to 1 (even), pinned 1 + 2^-10. */
+Test(act_q8, tie_session_logs_near_ties_and_pins_them) {
+    double x[64] = {0}, y[64];
+    x[0] = 127, x[2] = 40.5 + 0x1p-12, x[3] = 3.25, x[32] = 127 * (1 + 0x1p-11), x[33] = 1;
+    float xf[64], yf[64];
+    for (int j = 0; j < 64; j++) xf[j] = (float)x[j];
+    td_act_round_f64(y, x, 64, TD_ACT_Q8_0);
+    cr_assert_eq(y[2], 41.0, "no session: %.17g", y[2]);
+    cr_assert_eq(y[32], 127.0, "no session: the scale rounds to 1 (even): %.17g", y[32]);
+
+    td_act_tie *log = NULL;
+    int n = 0;
+    td_act_ties_begin(NULL, 0, 1.0 / 1024);
+    td_act_ties_forward();
+    td_act_round_f64(y, x, 64, TD_ACT_Q8_0);
+    td_act_ties_end(&log, &n);
+    cr_assert_eq(n, 2, "near-ties logged: %d", n);
+    cr_assert(log[0].step == 0 && log[0].call == 0 && log[0].elem == 2 && log[0].pick == 40, "code tie: %lld %lld %lld %g",
+              (long long)log[0].step, (long long)log[0].call, (long long)log[0].elem, log[0].pick);
+    cr_assert(log[1].elem == -2 && log[1].v == 0.5 && log[1].pick == 1 + 0x1p-10, "scale tie: %lld v %g pick %.17g",
+              (long long)log[1].elem, log[1].v, log[1].pick);
+
+    td_act_ties_begin(log, n, 1.0 / 1024);
+    td_act_ties_forward();
+    td_act_round_f64(y, x, 64, TD_ACT_Q8_0);
+    td_act_ties_forward(); // a second forward: same call and element, other step: not pinned
+    td_act_round_f32(yf, xf, 64, TD_ACT_Q8_0);
+    td_act_ties_end(NULL, NULL);
+    cr_assert_eq(y[2], 40.0, "pinned code: %.17g", y[2]);
+    cr_assert_eq(y[3], 3.0, "3.25 is no tie: %.17g", y[3]);
+    cr_assert_eq(y[32], 127 * (1 + 0x1p-10), "pinned scale: %.17g", y[32]);
+    cr_assert_eq(yf[2], 41.0f, "step 1 is not pinned: %.9g", yf[2]);
+
+    td_act_ties_begin(log, n, 1.0 / 1024);
+    td_act_ties_forward();
+    td_act_round_f32(yf, xf, 64, TD_ACT_Q8_0);
+    td_act_ties_end(NULL, NULL);
+    cr_assert_eq(yf[2], 40.0f, "pinned code in f32: %.9g", yf[2]);
+    cr_assert_eq(yf[32], 127 * (1 + 0x1p-10f), "pinned scale in f32: %.9g", yf[32]);
+    free(log);
+    td_act_round_f32(yf, xf, 64, TD_ACT_Q8_0);
+    cr_assert_eq(yf[2], 41.0f, "session closed: %.9g", yf[2]);
+}
+
 /* F16 / BF16: round to nearest, ties to even. 1 + 2^-11 is half an f16 ulp
  * above 1 -> 1; 1 + 3*2^-11 -> 1 + 2^-9 (the even neighbour); bf16 has 8
  * significant bits: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6. */

@@ -1,0 +1,47 @@
+/* tapdiff: the profile-matched oracle takes an arm's side of rounding ties.
+ *
+ * An arm that quantizes activations (act-q8) computes each 8-bit code and
+ * each f16 block scale from values that differ from the f64 oracle's by f32
+ * rounding. Where such a value sits within that rounding of a tie (x/d at a
+ * half-integer, a/127 at the midpoint of two f16 values), either result is
+ * honest, yet the two sides differ by ~1e-3 relative at the matmul output:
+ * a false alarm against a budget of f32 rounding. This search reruns the
+ * oracle with ties taken the other way (backends/profile.h td_act_ties_*),
+ * one at a time, nearest first, among the near-ties of the step where the
+ * comparison first diverges, and keeps a flip only when the first divergent
+ * tap moves later (or the comparison becomes conformant). A bug in the arm
+ * cannot hide behind it: a flip moves one tap by a discrete, fixed pattern,
+ * and it is kept only when that pattern is what the arm shows there. */
+#ifndef TD_TIES_H
+#define TD_TIES_H
+
+#include "compare.h"
+#include "profile.h"
+#include "runner.h"
+
+#define TD_TIES_MAX 64         /* flips kept at most */
+#define TD_TIES_CANDIDATES 6   /* near-ties tried per divergent step */
+#define TD_TIES_TAU (1.0 / 1024) /* near: within 2^-10 of the tie (code units / f16 ulps) */
+
+typedef struct td_ties_report {
+    int n_flips;
+    td_act_tie flips[TD_TIES_MAX];
+    int n_reruns; /* oracle runs the search made */
+} td_ties_report;
+
+/* `oracle` and `control` are the runs that wrote their tap_path (ref and
+ * ref32 with the arm's profile), decode PINNED to the tokens the oracle fed;
+ * *r is compare(oracle's file, b_path) with control->tap_path as control and
+ * options o, divergent. Each candidate tie is pinned in both reruns (the
+ * control takes the same side, so budgets after it stay f32 rounding). On
+ * return *r is the comparison with the flips kept (the caller frees it), the
+ * two tap files hold the reruns with those flips when any were kept, and rep
+ * lists them. Nothing changes when none helps. */
+int td_ties_follow(const td_run_config *oracle, const td_run_config *control, const char *b_path,
+                   const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_err *err);
+
+/* One line per kept flip into buf ("step S: activation code / block scale
+ * at call C element E, scaled value V"); "" when none. */
+void td_ties_describe(const td_ties_report *rep, char *buf, size_t n);
+
+#endif
