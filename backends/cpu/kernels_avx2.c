@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "blocks.h"
+#define TD_CPU_SIMD
 #include "cpu_kernels.h"
 
 /* field offsets and block sizes from the one layout header */
@@ -450,20 +451,6 @@ TGTI static inline __m256i ld256(const void *p) {
     return _mm256_loadu_si256((const __m256i_u *)p);
 }
 
-TGTI static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* the horizontal sums of p[0..7] as the 8 lanes of one vector */
-TGTI static inline __m256i hsum8x8_i32(const __m256i p[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 /* Σ w a over one Q8_0 block (signed x signed: |w| times a with w's sign
  * moved onto a), as 8 int32 lanes */
 TGTI static inline __m256i q8_0_isum(const uint8_t *b, const int8_t *a) {
@@ -484,36 +471,9 @@ TGTI static inline __m256i q4_0_isum(const uint8_t *b, const int8_t *a) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-/* The 32-value types: `isum` gives a block's int32 lanes; blocks 8 at a
- * time, their sums scaled as a vector into lane j % 8. */
-#define Q8_BLOCKS_DOT(name, BYTES, isum)                                                                              \
-    TGT static float name(const void *wv, const td_cpu_xq8 *x, int64_t n) {                                          \
-        const uint8_t *b = wv;                                                                                       \
-        const int64_t nb = n / 32;                                                                                   \
-        __m256 acc = _mm256_setzero_ps();                                                                            \
-        int64_t j = 0;                                                                                               \
-        for (; j + 8 <= nb; j += 8, b += 8 * (BYTES)) {                                                              \
-            __m256i p[8];                                                                                            \
-            float dw[8];                                                                                             \
-            for (int k = 0; k < 8; k++) {                                                                            \
-                p[k] = isum(b + k * (BYTES), x->q + 32 * (j + k));                                                   \
-                dw[k] = f16s(b + k * (BYTES));                                                                       \
-            }                                                                                                        \
-            const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(x->d + j));                         \
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(hsum8x8_i32(p))));                         \
-        }                                                                                                            \
-        float lanes[8];                                                                                              \
-        _mm256_storeu_ps(lanes, acc);                                                                                \
-        for (int k = 0; j < nb; j++, k++, b += (BYTES)) {                                                            \
-            const float sc = f16s(b) * x->d[j];                                                                      \
-            lanes[k] += sc * (float)hsum_i32(isum(b, x->q + 32 * j));                                                \
-        }                                                                                                            \
-        return td_cpu_red8(lanes);                                                                                   \
-    }
-
 /* the scale d sits first in both block layouts */
-Q8_BLOCKS_DOT(dot_q8_q8_0, SZ(q8_0), q8_0_isum)
-Q8_BLOCKS_DOT(dot_q8_q4_0, SZ(q4_0), q4_0_isum)
+TD_CPU_Q8_BLOCKS_DOT(dot_q8_q8_0, TGT, SZ(q8_0), q8_0_isum)
+TD_CPU_Q8_BLOCKS_DOT(dot_q8_q4_0, TGT, SZ(q4_0), q4_0_isum)
 
 /* the 6-bit scale (sc) and minimum (mn) codes of a Q4_K/Q5_K super-block,
  * byte k = sub-block k (the bit layout of kq_scales) */
@@ -551,7 +511,7 @@ TGTI static inline float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, c
             is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld256(a + 64 * c)), s_lo));
             is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld256(a + 64 * c + 32)), s_hi));
         }
-        const int32_t isum = hsum_i32(_mm256_add_epi32(is0, is1));
+        const int32_t isum = td_cpu_hsum_i32(_mm256_add_epi32(is0, is1));
         const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
         const float msum = hsum8(_mm256_mul_ps(mnf, _mm256_loadu_ps(x->dsum32 + 8 * sb)));
         const float dx = x->d[8 * sb];
@@ -600,7 +560,7 @@ TGT static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
                 else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(p16, s16));
             }
         }
-        const int32_t isum = hsum_i32(_mm256_add_epi32(is0, is1));
+        const int32_t isum = td_cpu_hsum_i32(_mm256_add_epi32(is0, is1));
         const float v = (f16s(b + OFF(q6_k, d)) * x->d[8 * sb]) * (float)isum;
         acc += v;
     }
