@@ -17,23 +17,27 @@
 #define SZ(T) sizeof(td_blk_##T)
 #define R TD_CPU_PACK_ROWS
 
-/* Q8_0, nb = n/32 blocks: first the codes of every block, 512 bytes per
- * block (8 words of 4 codes x 16 rows), each code XOR 0x80 = code + 128 as
- * an unsigned byte (the instruction's unsigned operand; the kernel removes
- * 128 * Σa exactly); then the 16 f16 scales of every block (32 bytes per
- * block). */
+/* Q8_0, nb = n/32 blocks, in pairs of blocks (2m, 2m+1) of 1088 bytes (a
+ * multiple of 64; the last pair of an odd nb is padded): the codes of block
+ * 2m then 2m+1, 512 bytes each (8 words of 4 codes x 16 rows), each code
+ * XOR 0x80 = code + 128 as an unsigned byte (the instruction's unsigned
+ * operand; the kernel removes 128 * Σa exactly), then the 16 f16 scales of
+ * block 2m and of 2m+1 (32 bytes each). Scales beside their codes keep
+ * decode one sequential stream. */
 size_t td_cpu_pack_bytes_q8_0(int64_t n) {
-    return (size_t)(n / 32) * (512 + 32);
+    return (size_t)((n / 32 + 1) / 2) * 1088;
 }
 
 void td_cpu_pack_q8_0(void *dst, const void *rows, size_t row_bytes, int64_t n) {
-    uint8_t *codes = dst, *scales = codes + (size_t)(n / 32) * 512;
+    memset(dst, 0, td_cpu_pack_bytes_q8_0(n));
     for (int r = 0; r < R; r++) {
         const uint8_t *row = (const uint8_t *)rows + (size_t)r * row_bytes;
         for (int64_t j = 0; j < n / 32; j++) {
             const uint8_t *b = row + (size_t)j * SZ(q8_0);
-            for (int i = 0; i < 32; i++) codes[j * 512 + (i / 4) * 64 + 4 * r + i % 4] = b[OFF(q8_0, qs) + i] ^ 0x80;
-            memcpy(scales + j * 32 + 2 * r, b + OFF(q8_0, d), 2);
+            uint8_t *pair = (uint8_t *)dst + (size_t)(j / 2) * 1088;
+            uint8_t *codes = pair + 512 * (j % 2), *scales = pair + 1024 + 32 * (j % 2);
+            for (int i = 0; i < 32; i++) codes[(i / 4) * 64 + 4 * r + i % 4] = b[OFF(q8_0, qs) + i] ^ 0x80;
+            memcpy(scales + 2 * r, b + OFF(q8_0, d), 2);
         }
     }
 }

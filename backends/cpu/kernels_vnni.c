@@ -83,29 +83,44 @@ TGTI static inline void put16(float *y, __m512 v, const float *bias) {
 }
 
 /* Q8_0: codes are w + 128 (unsigned), so each block's sum is Σ (w+128) a
- * minus as = 128 Σ a. Block j's scaled value goes to lane j % 8: the eight
- * lane accumulators of each token stay in registers (TT <= 2). */
-TGTI static inline void q8_0_tile(const uint8_t *codes, const uint8_t *scales, int64_t nb, int TT, const int8_t *q,
+ * minus as = 128 Σ a. Block j's scaled value goes to lane j % 8 of its
+ * token: acc[t] points at that lane's accumulator. */
+TGTI static inline void q8_0_step(const uint8_t *pk, int64_t nb, int64_t j, int TT,
+                                  const int8_t *q, const float *d, const int32_t *as, int64_t n, __m512 *acc0,
+                                  __m512 *acc1) {
+    __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m512i w = _mm512_loadu_si512(pk + 1088 * (j / 2) + 512 * (j % 2) + 64 * i);
+        for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], w, bcast4(q + t * n + 32 * j + 4 * i));
+    }
+    const __m512 dw = f16x16(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2));
+    for (int t = 0; t < TT; t++) {
+        const __m512i si = _mm512_sub_epi32(s[t], _mm512_set1_epi32(as[t * nb + j]));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(d[t * nb + j]));
+        __m512 *a = t ? acc1 : acc0;
+        *a = _mm512_add_ps(*a, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(si)));
+    }
+}
+
+/* the eight lane accumulators of each token stay in registers (TT <= 2):
+ * blocks go eight at a time, lane k a constant */
+TGTI static inline void q8_0_tile(const uint8_t *pk, int64_t nb, int TT, const int8_t *q,
                                   const float *d, const int32_t *as, int64_t n, float *y, int64_t ldy,
                                   const float *bias) {
     __m512 acc[2][8];
-    for (int t = 0; t < TT; t++)
+    for (int t = 0; t < 2; t++)
         for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
-    for (int64_t j = 0; j < nb; j++) {
-        __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
 #pragma GCC unroll 8
-        for (int i = 0; i < 8; i++) {
-            const __m512i w = _mm512_loadu_si512(codes + 512 * j + 64 * i);
-            for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], w, bcast4(q + t * n + 32 * j + 4 * i));
-        }
-        const __m512 dw = f16x16(scales + 32 * j);
-        for (int t = 0; t < TT; t++) {
-            const __m512i si = _mm512_sub_epi32(s[t], _mm512_set1_epi32(as[t * nb + j]));
-            const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(d[t * nb + j]));
-            acc[t][j & 7] = _mm512_add_ps(acc[t][j & 7], _mm512_mul_ps(sc, _mm512_cvtepi32_ps(si)));
-        }
+        for (int k = 0; k < 8; k++) q8_0_step(pk, nb, j + k, TT, q, d, as, n, &acc[0][k], &acc[1][k]);
     }
-    for (int t = 0; t < TT; t++) put16(y + t * ldy, red8x16(acc[t]), bias);
+    __m512 lanes[2][8];
+    for (int t = 0; t < 2; t++)
+        for (int k = 0; k < 8; k++) lanes[t][k] = acc[t][k];
+    for (int k = 0; j + k < nb; k++) q8_0_step(pk, nb, j + k, TT, q, d, as, n, &lanes[0][k], &lanes[1][k]);
+    for (int t = 0; t < TT; t++) put16(y + t * ldy, red8x16(lanes[t]), bias);
 }
 
 /* the tokens' 128 Σa per block, for the tile starting at token t0 */
@@ -130,7 +145,7 @@ TGTI static inline void q8_0_asums(const int8_t *q, int64_t n, int TT, int32_t *
 TGT static void gemm_q8_q8_0(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
                              float *y, int64_t ldy, const float *bias) {
     const int64_t nb = n / 32;
-    const size_t gbytes = (size_t)nb * 544;
+    const size_t gbytes = td_cpu_pack_bytes_q8_0(n);
     int32_t as[2 * 1024];
     int32_t *asp = nb <= 1024 ? as : td_xcalloc((size_t)(2 * nb), sizeof *asp);
     for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
@@ -143,8 +158,8 @@ TGT static void gemm_q8_q8_0(const void *packed, int64_t n_groups, const td_cpu_
                 const uint8_t *c = (const uint8_t *)packed + (size_t)g * gbytes;
                 float *yy = y + t0 * ldy + 16 * g;
                 const float *bb = bias ? bias + 16 * g : NULL;
-                if (TT == 2) q8_0_tile(c, c + nb * 512, nb, 2, q, x->d + t0 * nb, asp, n, yy, ldy, bb);
-                else q8_0_tile(c, c + nb * 512, nb, 1, q, x->d + t0 * nb, asp, n, yy, ldy, bb);
+                if (TT == 2) q8_0_tile(c, nb, 2, q, x->d + t0 * nb, asp, n, yy, ldy, bb);
+                else q8_0_tile(c, nb, 1, q, x->d + t0 * nb, asp, n, yy, ldy, bb);
             }
         }
     }

@@ -593,7 +593,8 @@ Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
                     for (int64_t g = 0; g < G; g++)
                         op->pack(P + g * gb, W + (size_t)(g * TD_CPU_PACK_ROWS) * bytes, bytes, n);
                     float *x = malloc((size_t)(T * n) * sizeof *x), *d = malloc((size_t)(T * ns) * sizeof *d);
-                    float *d16 = malloc((size_t)(2 * T * ns) * sizeof *d16), *d32 = malloc((size_t)(T * ns) * sizeof *d32);
+                    float *d16 = malloc((size_t)(2 * T * ns) * sizeof *d16);
+                    float *d32 = malloc((size_t)(T * ns) * sizeof *d32);
                     int8_t *q = malloc((size_t)(T * n));
                     for (int64_t i = 0; i < T * n; i++) x[i] = (float)(urnd() * pow(10.0, (double)(i % 7) - 3));
                     for (int64_t t = 0; t < T; t++)
