@@ -645,6 +645,175 @@ TGT static void quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8
 }
 
 /* ===================================================================== */
+/* act-q8 on packed weights (kernels_pack.c): 16 rows as two halves of 8   */
+/* ===================================================================== */
+/* A 64-byte word of the packed codes is two vectors: rows 0..7 and 8..15,
+ * 4 codes each per 32-bit lane. vpmaddubsw multiplies them by 4 activation
+ * bytes broadcast from one token (pairs into int16, exact as above) and
+ * vpmaddwd finishes each row's 4 products in int32, so one loaded word
+ * serves every token of the tile. The integer sums and kernels.c's f32
+ * order are those of the per-row kernels: each (row, token) gets dot_q8's
+ * bits, as at the VNNI level. */
+
+TGTI static inline __m256i bc4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+TGTI static inline __m256 f16x8p(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i_u *)p));
+}
+
+/* td_cpu_red8 of 8 vectors, lane by lane */
+TGTI static inline __m256 red8x8(const __m256 v[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6])),
+                         _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7])));
+}
+
+/* y[r] = v[r] + (bias[r] or 0) for 8 rows */
+TGTI static inline void put8(float *y, __m256 v, const float *bias) {
+    _mm256_storeu_ps(y, _mm256_add_ps(v, bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps()));
+}
+
+/* Q8_0: codes are stored as w + 128; back to w (xor), then |w| times a with
+ * w's sign moved onto a. The lane accumulators (lane j % 8 of block j) live
+ * in an array: sixteen vector registers do not hold them. */
+TGTI static inline void q8_0_tile2(const uint8_t *pk, int64_t nb, int TT, const int8_t *q, const float *d, int64_t n,
+                                   float *y, int64_t ldy, const float *bias) {
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi16(1);
+    __m256 acc[2][2][8]; // token, half, lane
+#pragma GCC unroll 8
+    for (int t = 0; t < 2; t++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) acc[t][h][k] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *c = pk + 1088 * (j / 2) + 512 * (j % 2), *sc = pk + 1088 * (j / 2) + 1024 + 32 * (j % 2);
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) {
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i w = _mm256_xor_si256(ld256(c + 64 * i + 32 * h), x80), aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    const __m256i a = _mm256_sign_epi8(bc4(q + t * n + 32 * j + 4 * i), w);
+                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, a), one));
+                }
+            }
+            const __m256 dw = f16x8p(sc + 16 * h);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[t * nb + j]));
+                acc[t][h][j & 7] = _mm256_add_ps(acc[t][h][j & 7], _mm256_mul_ps(f, _mm256_cvtepi32_ps(s[t])));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) put8(y + t * ldy + 8 * h, red8x8(acc[t][h]), bias ? bias + 8 * h : NULL);
+}
+
+#define GROUP_BLOCK 4
+
+TGT static void gemm_q8_q8_0(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
+                             float *y, int64_t ldy, const float *bias) {
+    const int64_t nb = n / 32;
+    const size_t gbytes = td_cpu_pack_bytes_q8_0(n);
+    for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
+        const int64_t g1 = g0 + GROUP_BLOCK < n_groups ? g0 + GROUP_BLOCK : n_groups;
+        for (int64_t t0 = 0; t0 < T; t0 += 2) {
+            const int TT = T - t0 >= 2 ? 2 : 1;
+            for (int64_t g = g0; g < g1; g++) {
+                const uint8_t *c = (const uint8_t *)packed + (size_t)g * gbytes;
+                float *yy = y + t0 * ldy + 16 * g;
+                const float *bb = bias ? bias + 16 * g : NULL;
+                if (TT == 2) q8_0_tile2(c, nb, 2, x->q + t0 * n, x->d + t0 * nb, n, yy, ldy, bb);
+                else q8_0_tile2(c, nb, 1, x->q + t0 * n, x->d + t0 * nb, n, yy, ldy, bb);
+            }
+        }
+    }
+}
+
+/* the 8 scale codes of one half as int16 pairs (both halves of a 32-bit
+ * lane: vpmaddwd then gives sc * (p0 + p1) exactly) */
+TGTI static inline __m256i sc_pairs(const uint8_t *p) {
+    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)p));
+    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
+}
+
+/* Q4_K: per half and token, isum += sc * Σ code a through vpmaddwd with the
+ * scale pairs; then kernels.c's acc += (d*dx)*(float)isum - dmin*red8(...) */
+TGTI static inline void q4_k_tile2(const uint8_t *G0, int64_t nsb, int TT, const td_cpu_xq8 *x, int64_t n, float *y,
+                                   int64_t ldy, const float *bias) {
+    const int64_t ns = n / 32;
+    const __m256i m4 = _mm256_set1_epi8(0x0F);
+#pragma GCC unroll 8
+    for (int h = 0; h < 2; h++) {
+        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            const uint8_t *G = G0 + (size_t)sb * 2368;
+            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+            for (int c = 0; c < 4; c++) {
+                const __m256i slo = sc_pairs(G + 2048 + 32 * c + 8 * h), shi = sc_pairs(G + 2048 + 32 * c + 16 + 8 * h);
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
+                    const __m256i v = ld256(G + 64 * (8 * c + i) + 32 * h);
+                    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                    for (int t = 0; t < TT; t++) {
+                        const int8_t *a = x->q + t * n + TD_QK_K * sb + 64 * c + 4 * i;
+                        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bc4(a)), slo);
+                        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bc4(a + 32)), shi);
+                        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(plo, phi));
+                    }
+                }
+            }
+            const __m256 d = f16x8p(G + 2304 + 16 * h), dmin = f16x8p(G + 2336 + 16 * h);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const float *ds = x->dsum32 + t * ns + 8 * sb;
+                __m256 tk[8];
+#pragma GCC unroll 8
+                for (int k = 0; k < 8; k++) {
+                    const __m128i mn = _mm_loadl_epi64((const __m128i_u *)(G + 2176 + 16 * k + 8 * h));
+                    const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn));
+                    tk[k] = _mm256_mul_ps(mnf, _mm256_set1_ps(ds[k]));
+                }
+                const __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d[t * ns + 8 * sb])),
+                                               _mm256_cvtepi32_ps(isum[t]));
+                acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(v, _mm256_mul_ps(dmin, red8x8(tk))));
+            }
+        }
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) put8(y + t * ldy + 8 * h, acc[t], bias ? bias + 8 * h : NULL);
+    }
+}
+
+TGT static void gemm_q8_q4_k(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
+                             float *y, int64_t ldy, const float *bias) {
+    const int64_t nsb = n / TD_QK_K, ns = n / 32;
+    const size_t gbytes = (size_t)nsb * 2368;
+    for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
+        const int64_t g1 = g0 + GROUP_BLOCK < n_groups ? g0 + GROUP_BLOCK : n_groups;
+        for (int64_t t0 = 0; t0 < T; t0 += 2) {
+            const int TT = T - t0 >= 2 ? 2 : 1;
+            const td_cpu_xq8 xt = {x->q + t0 * n, x->d + t0 * ns, x->dsum16 + 2 * t0 * ns, x->dsum32 + t0 * ns};
+            for (int64_t g = g0; g < g1; g++) {
+                const uint8_t *G = (const uint8_t *)packed + (size_t)g * gbytes;
+                float *yy = y + t0 * ldy + 16 * g;
+                const float *bb = bias ? bias + 16 * g : NULL;
+                if (TT == 2) q4_k_tile2(G, nsb, 2, &xt, n, yy, ldy, bb);
+                else q4_k_tile2(G, nsb, 1, &xt, n, yy, ldy, bb);
+            }
+        }
+    }
+}
+
+/* ===================================================================== */
 
 void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->isa = TD_CPU_ISA_AVX2;
@@ -671,6 +840,12 @@ void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->type[TD_TYPE_Q4_K].dot_q8 = dot_q8_q4_k;
     k->type[TD_TYPE_Q5_K].dot_q8 = dot_q8_q5_k;
     k->type[TD_TYPE_Q6_K].dot_q8 = dot_q8_q6_k;
+    k->type[TD_TYPE_Q8_0].pack_bytes = td_cpu_pack_bytes_q8_0;
+    k->type[TD_TYPE_Q8_0].pack = td_cpu_pack_q8_0;
+    k->type[TD_TYPE_Q8_0].gemm_q8 = gemm_q8_q8_0;
+    k->type[TD_TYPE_Q4_K].pack_bytes = td_cpu_pack_bytes_q4_k;
+    k->type[TD_TYPE_Q4_K].pack = td_cpu_pack_q4_k;
+    k->type[TD_TYPE_Q4_K].gemm_q8 = gemm_q8_q4_k;
 }
 #else
 typedef int td_cpu_kernels_avx2_unused; /* ISO C: a translation unit is not empty */

@@ -26,10 +26,6 @@ TGTI static inline __m256i ld256(const void *p) {
     return _mm256_loadu_si256((const __m256i_u *)p);
 }
 
-TGTI static inline float f16s(const uint8_t *p) {
-    return _cvtsh_ss(td_cpu_rd_u16(p));
-}
-
 /* signed x signed through vpdpbusd (unsigned x signed): |w| times a with
  * w's sign moved onto a */
 TGTI static inline __m256i dot_s8s8(__m256i w, __m256i a) {
@@ -92,9 +88,11 @@ TGTI static inline void q8_0_step(const uint8_t *pk, int64_t nb, int64_t j, int 
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
         const __m512i w = _mm512_loadu_si512(pk + 1088 * (j / 2) + 512 * (j % 2) + 64 * i);
+#pragma GCC unroll 8
         for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], w, bcast4(q + t * n + 32 * j + 4 * i));
     }
     const __m512 dw = f16x16(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2));
+#pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
         const __m512i si = _mm512_sub_epi32(s[t], _mm512_set1_epi32(as[t * nb + j]));
         const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(d[t * nb + j]));
@@ -109,7 +107,9 @@ TGTI static inline void q8_0_tile(const uint8_t *pk, int64_t nb, int TT, const i
                                   const float *d, const int32_t *as, int64_t n, float *y, int64_t ldy,
                                   const float *bias) {
     __m512 acc[2][8];
+#pragma GCC unroll 8
     for (int t = 0; t < 2; t++)
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
     int64_t j = 0;
     for (; j + 8 <= nb; j += 8) {
@@ -117,15 +117,19 @@ TGTI static inline void q8_0_tile(const uint8_t *pk, int64_t nb, int TT, const i
         for (int k = 0; k < 8; k++) q8_0_step(pk, nb, j + k, TT, q, d, as, n, &acc[0][k], &acc[1][k]);
     }
     __m512 lanes[2][8];
+#pragma GCC unroll 8
     for (int t = 0; t < 2; t++)
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++) lanes[t][k] = acc[t][k];
     for (int k = 0; j + k < nb; k++) q8_0_step(pk, nb, j + k, TT, q, d, as, n, &lanes[0][k], &lanes[1][k]);
+#pragma GCC unroll 8
     for (int t = 0; t < TT; t++) put16(y + t * ldy, red8x16(lanes[t]), bias);
 }
 
 /* the tokens' 128 Σa per block, for the tile starting at token t0 */
 TGTI static inline void q8_0_asums(const int8_t *q, int64_t n, int TT, int32_t *as) {
     const int64_t nb = n / 32;
+#pragma GCC unroll 8
     for (int t = 0; t < TT; t++)
         for (int64_t j = 0; j < nb; j++) {
             const __m256i a = _mm256_loadu_si256((const __m256i_u *)(q + t * n + 32 * j));
@@ -175,19 +179,23 @@ TGTI static inline void q4_k_tile(const uint8_t *G0, int64_t nsb, int TT, const 
     const int64_t ns = n / 32;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
     __m512 acc[4];
+#pragma GCC unroll 8
     for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
     for (int64_t sb = 0; sb < nsb; sb++) {
         const uint8_t *G = G0 + (size_t)sb * 2368;
         __m512i isum[4];
+#pragma GCC unroll 8
         for (int t = 0; t < TT; t++) isum[t] = _mm512_setzero_si512();
 #pragma GCC unroll 4
         for (int c = 0; c < 4; c++) {
             __m512i slo[4], shi[4];
+#pragma GCC unroll 8
             for (int t = 0; t < TT; t++) slo[t] = shi[t] = _mm512_setzero_si512();
 #pragma GCC unroll 8
             for (int i = 0; i < 8; i++) {
                 const __m512i v = _mm512_loadu_si512(G + 64 * (8 * c + i));
                 const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
                 for (int t = 0; t < TT; t++) {
                     const int8_t *a = x->q + t * n + TD_QK_K * sb + 64 * c + 4 * i;
                     slo[t] = _mm512_dpbusd_epi32(slo[t], lo, bcast4(a));
@@ -196,23 +204,28 @@ TGTI static inline void q4_k_tile(const uint8_t *G0, int64_t nsb, int TT, const 
             }
             const __m512i sclo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2048 + 32 * c)));
             const __m512i schi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2048 + 32 * c + 16)));
+#pragma GCC unroll 8
             for (int t = 0; t < TT; t++)
                 isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(slo[t], sclo),
                                                                      _mm512_mullo_epi32(shi[t], schi)));
         }
         const __m512 d = f16x16(G + 2304), dmin = f16x16(G + 2336);
         __m512 mnf[8];
+#pragma GCC unroll 8
         for (int k = 0; k < 8; k++)
             mnf[k] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2176 + 16 * k))));
+#pragma GCC unroll 8
         for (int t = 0; t < TT; t++) {
             const float *ds = x->dsum32 + t * ns + 8 * sb;
             __m512 tk[8];
+#pragma GCC unroll 8
             for (int k = 0; k < 8; k++) tk[k] = _mm512_mul_ps(mnf[k], _mm512_set1_ps(ds[k]));
             const __m512 v = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d[t * ns + 8 * sb])),
                                            _mm512_cvtepi32_ps(isum[t]));
             acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(v, _mm512_mul_ps(dmin, red8x16(tk))));
         }
     }
+#pragma GCC unroll 8
     for (int t = 0; t < TT; t++) put16(y + t * ldy, acc[t], bias);
 }
 

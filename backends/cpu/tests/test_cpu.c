@@ -504,8 +504,9 @@ Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_moe_act_q8) {
 
 /* act-q8 with packed weights (avx512vnni, Q8_0 and Q4_K): a prefill at the
  * default GEMM threshold runs the packed tile kernels where sgemm ran
- * before, and gives the bits of the same tokens one by one through the
- * avx2 level's per-row kernels (another layout, other code). */
+ * before, and gives the bits of the same tokens one by one at the avx2
+ * level (its own packed kernels, other code; the same f32 attention
+ * helpers, which the c level's differ from). */
 static void packed_prefill_vs_avx2_single(int type) {
     if (!td_cpu_has_isa(TD_CPU_ISA_AVX512VNNI)) cr_skip_test("this CPU has no AVX-512 VNNI: no packed kernels");
     make_tmpdir();
@@ -530,7 +531,8 @@ static void packed_prefill_vs_avx2_single(int type) {
         cr_assert_eq(b->vt->forward(b, k_prompt + t, 1, t, NULL, one + t * V, &err), TD_OK, "%s", err.msg);
     for (int64_t i = 0; i < T * V; i++)
         if (memcmp(&all[i], &one[i], sizeof(double)))
-            cr_assert_fail("%s: packed prefill and avx2 token-by-token logits differ at position %lld id %lld: %a vs %a",
+            cr_assert_fail("%s: packed prefill and avx2 token-by-token logits differ at position %lld id %lld: "
+                           "%a vs %a",
                            td_type_name(type), (long long)(i / V), (long long)(i % V), all[i], one[i]);
     b->vt->close(b);
     td_model_close(m);
