@@ -738,80 +738,10 @@ TGT static void gemm_q8_q8_0(const void *packed, int64_t n_groups, const td_cpu_
     }
 }
 
-/* the 8 scale codes of one half as int16 pairs (both halves of a 32-bit
- * lane: vpmaddwd then gives sc * (p0 + p1) exactly) */
-TGTI static inline __m256i sc_pairs(const uint8_t *p) {
-    const __m256i v = _mm256_cvtepu8_epi32(_mm_loadl_epi64((const __m128i_u *)p));
-    return _mm256_or_si256(v, _mm256_slli_epi32(v, 16));
-}
-
-/* Q4_K: per half and token, isum += sc * Σ code a through vpmaddwd with the
- * scale pairs; then kernels.c's acc += (d*dx)*(float)isum - dmin*red8(...) */
-TGTI static inline void q4_k_tile2(const uint8_t *G0, int64_t nsb, int TT, const td_cpu_xq8 *x, int64_t n, float *y,
-                                   int64_t ldy, const float *bias) {
-    const int64_t ns = n / 32;
-    const __m256i m4 = _mm256_set1_epi8(0x0F);
-#pragma GCC unroll 8
-    for (int h = 0; h < 2; h++) {
-        __m256 acc[2] = {_mm256_setzero_ps(), _mm256_setzero_ps()};
-        for (int64_t sb = 0; sb < nsb; sb++) {
-            const uint8_t *G = G0 + (size_t)sb * 2368;
-            __m256i isum[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
-            for (int c = 0; c < 4; c++) {
-                const __m256i slo = sc_pairs(G + 2048 + 32 * c + 8 * h), shi = sc_pairs(G + 2048 + 32 * c + 16 + 8 * h);
-#pragma GCC unroll 8
-                for (int i = 0; i < 8; i++) {
-                    const __m256i v = ld256(G + 64 * (8 * c + i) + 32 * h);
-                    const __m256i lo = _mm256_and_si256(v, m4), hi = _mm256_and_si256(_mm256_srli_epi16(v, 4), m4);
-#pragma GCC unroll 8
-                    for (int t = 0; t < TT; t++) {
-                        const int8_t *a = x->q + t * n + TD_QK_K * sb + 64 * c + 4 * i;
-                        const __m256i plo = _mm256_madd_epi16(_mm256_maddubs_epi16(lo, bc4(a)), slo);
-                        const __m256i phi = _mm256_madd_epi16(_mm256_maddubs_epi16(hi, bc4(a + 32)), shi);
-                        isum[t] = _mm256_add_epi32(isum[t], _mm256_add_epi32(plo, phi));
-                    }
-                }
-            }
-            const __m256 d = f16x8p(G + 2304 + 16 * h), dmin = f16x8p(G + 2336 + 16 * h);
-#pragma GCC unroll 8
-            for (int t = 0; t < TT; t++) {
-                const float *ds = x->dsum32 + t * ns + 8 * sb;
-                __m256 tk[8];
-#pragma GCC unroll 8
-                for (int k = 0; k < 8; k++) {
-                    const __m128i mn = _mm_loadl_epi64((const __m128i_u *)(G + 2176 + 16 * k + 8 * h));
-                    const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(mn));
-                    tk[k] = _mm256_mul_ps(mnf, _mm256_set1_ps(ds[k]));
-                }
-                const __m256 v = _mm256_mul_ps(_mm256_mul_ps(d, _mm256_set1_ps(x->d[t * ns + 8 * sb])),
-                                               _mm256_cvtepi32_ps(isum[t]));
-                acc[t] = _mm256_add_ps(acc[t], _mm256_sub_ps(v, _mm256_mul_ps(dmin, red8x8(tk))));
-            }
-        }
-#pragma GCC unroll 8
-        for (int t = 0; t < TT; t++) put8(y + t * ldy + 8 * h, acc[t], bias ? bias + 8 * h : NULL);
-    }
-}
-
-TGT static void gemm_q8_q4_k(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
-                             float *y, int64_t ldy, const float *bias) {
-    const int64_t nsb = n / TD_QK_K, ns = n / 32;
-    const size_t gbytes = (size_t)nsb * 2368;
-    for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
-        const int64_t g1 = g0 + GROUP_BLOCK < n_groups ? g0 + GROUP_BLOCK : n_groups;
-        for (int64_t t0 = 0; t0 < T; t0 += 2) {
-            const int TT = T - t0 >= 2 ? 2 : 1;
-            const td_cpu_xq8 xt = {x->q + t0 * n, x->d + t0 * ns, x->dsum16 + 2 * t0 * ns, x->dsum32 + t0 * ns};
-            for (int64_t g = g0; g < g1; g++) {
-                const uint8_t *G = (const uint8_t *)packed + (size_t)g * gbytes;
-                float *yy = y + t0 * ldy + 16 * g;
-                const float *bb = bias ? bias + 16 * g : NULL;
-                if (TT == 2) q4_k_tile2(G, nsb, 2, &xt, n, yy, ldy, bb);
-                else q4_k_tile2(G, nsb, 1, &xt, n, yy, ldy, bb);
-            }
-        }
-    }
-}
+/* Q4_K has no packed kernel at this level: written the same way (vpmaddwd
+ * with the rows' scale pairs), it sped prefill up by ~1.4x but decode ran
+ * ~13% slower than the per-row kernel (CPU time, bench/cpu_time.sh), and
+ * without VNNI each code still costs as many instructions as per row. */
 
 /* ===================================================================== */
 
@@ -843,9 +773,6 @@ void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->type[TD_TYPE_Q8_0].pack_bytes = td_cpu_pack_bytes_q8_0;
     k->type[TD_TYPE_Q8_0].pack = td_cpu_pack_q8_0;
     k->type[TD_TYPE_Q8_0].gemm_q8 = gemm_q8_q8_0;
-    k->type[TD_TYPE_Q4_K].pack_bytes = td_cpu_pack_bytes_q4_k;
-    k->type[TD_TYPE_Q4_K].pack = td_cpu_pack_q4_k;
-    k->type[TD_TYPE_Q4_K].gemm_q8 = gemm_q8_q4_k;
 }
 #else
 typedef int td_cpu_kernels_avx2_unused; /* ISO C: a translation unit is not empty */
