@@ -137,6 +137,8 @@ typedef struct mm_seg {
     int64_t ldy;
     const float *bias;     // (n_out) or NULL
     int gemm;
+    const uint8_t *packed; // act-q8 on packed weights: row0's group (rows in groups of TD_CPU_PACK_ROWS), or NULL
+    size_t pack_group;     // bytes per packed group
     int64_t chunk;         // output rows per task
     int64_t task0, n_tasks;
 } mm_seg;
@@ -193,6 +195,13 @@ typedef struct cpu_backend {
     float **att;                // per thread (att_cap) attention scores
     mm_seg *segs;               // job scratch
     int max_segs;
+    // act-q8 weights in the packed layout (cpu_kernels.h), made on a
+    // matrix's first product: (matrix, packed copy or NULL = not packable)
+    struct cpu_pack {
+        const td_tensor *W;
+        uint8_t *p;
+    } *packs;
+    int n_packs, cap_packs;
     cpu_acts a;
     char version[320];
 } cpu_backend;
@@ -252,6 +261,13 @@ static void mm_gemm_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr
 }
 #endif
 
+/* rows r0 .. r0+nr of a packed segment (r0 and nr multiples of the group) */
+static void mm_packed_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr) {
+    const td_cpu_type_ops *op = &b->k.type[s->W->type];
+    op->gemm_q8(s->packed + (size_t)(r0 / TD_CPU_PACK_ROWS) * s->pack_group, nr / TD_CPU_PACK_ROWS, &s->xq, s->n_in,
+                s->T, s->y + r0, s->ldy, s->bias ? s->bias + r0 : NULL);
+}
+
 static void mm_task(void *ctx, int64_t task, int th) {
     const mm_job *j = ctx;
     // segments are in task order; find the last one starting at or before `task`
@@ -264,6 +280,10 @@ static void mm_task(void *ctx, int64_t task, int th) {
     const mm_seg *s = &j->segs[lo];
     const int64_t r0 = (task - s->task0) * s->chunk;
     const int64_t nr = s->n_out - r0 < s->chunk ? s->n_out - r0 : s->chunk;
+    if (s->packed) {
+        mm_packed_rows(j->b, s, r0, nr);
+        return;
+    }
 #ifdef TD_HAVE_OPENBLAS
     if (s->gemm) {
         mm_gemm_rows(j->b, s, r0, nr, th);
@@ -285,6 +305,30 @@ static unsigned act_fmt(const cpu_backend *b, int type) {
     case TD_ACT_BF16: return FMT_BF16;
     default: return 0;
     }
+}
+
+/* W in the packed layout, packed now if this is its first product, or NULL
+ * when this level has no packed kernel for its type (or a fault patch took
+ * the per-row kernel away: the packed one goes with it) or its rows do not
+ * fill whole groups. Only the thread building jobs calls this. */
+static const uint8_t *packed_weights(cpu_backend *b, const td_tensor *W) {
+    for (int i = 0; i < b->n_packs; i++)
+        if (b->packs[i].W == W) return b->packs[i].p;
+    const td_cpu_type_ops *op = &b->k.type[W->type];
+    uint8_t *p = NULL;
+    if (op->gemm_q8 && op->dot_q8 && W->n_rows % TD_CPU_PACK_ROWS == 0) {
+        const size_t gb = op->pack_bytes(W->ne[0]), ng = W->n_rows / TD_CPU_PACK_ROWS;
+        // no memory for the copy: the per-row kernels still run on the stored rows
+        p = aligned_alloc(64, (gb * ng + 63) / 64 * 64);
+        for (size_t g = 0; p && g < ng; g++)
+            op->pack(p + g * gb, td_tensor_row(W, g * TD_CPU_PACK_ROWS), W->row_bytes, W->ne[0]);
+    }
+    if (b->n_packs == b->cap_packs) {
+        b->cap_packs = b->cap_packs ? 2 * b->cap_packs : 64;
+        b->packs = td_xrealloc(b->packs, (size_t)b->cap_packs * sizeof *b->packs);
+    }
+    b->packs[b->n_packs++] = (struct cpu_pack){W, p};
+    return p;
 }
 
 /* Appends a segment to the job being built in b->segs, reading rows
@@ -313,6 +357,15 @@ static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row
         TD_ASSERT(in->fmts & fmt);
         s->use_q8 = !s->gemm && op->dot_q8;
         s->xq = (td_cpu_xq8){c->q + r0 * n, c->d + r0 * ns, c->d16 + 2 * r0 * ns, c->d32 + r0 * ns};
+        // the packed kernels give the per-row kernels' bits, for any T: they
+        // replace both the dot path and sgemm on x'
+        const uint8_t *pk = row0 % TD_CPU_PACK_ROWS == 0 && n_out % TD_CPU_PACK_ROWS == 0 ? packed_weights(b, W) : NULL;
+        if (pk) {
+            s->pack_group = op->pack_bytes(n);
+            s->packed = pk + (size_t)(row0 / TD_CPU_PACK_ROWS) * s->pack_group;
+            s->gemm = 0;
+            s->use_q8 = 1;
+        }
         s->x = c->xd + r0 * n;
         s->xsum = c->xds + r0 * ns;
     } else if (fmt) { // F16 / BF16 weights: x rounded to their format
@@ -320,7 +373,11 @@ static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row
         s->x = in->xh[fmt == FMT_BF16] + r0 * n;
     }
     if (!op->needs_xsum) s->xsum = NULL;
-    if (s->gemm) {
+    if (s->packed) {
+        // whole groups per task; the load balance only, as below
+        s->chunk = n_out / (8 * (int64_t)b->n_threads);
+        s->chunk = s->chunk < TD_CPU_PACK_ROWS ? TD_CPU_PACK_ROWS : s->chunk / TD_CPU_PACK_ROWS * TD_CPU_PACK_ROWS;
+    } else if (s->gemm) {
         s->chunk = tile_rows(s->n_in);
     } else {
         // rows per task only balances the load; results do not depend on it
@@ -1288,6 +1345,8 @@ static void cpu_close(td_backend *base) {
     }
     free(b->layers), free(b->out_norm), free(b->rope_ff);
     free(b->tile), free(b->rowbuf), free(b->att), free(b->segs);
+    for (int i = 0; i < b->n_packs; i++) free(b->packs[i].p);
+    free(b->packs);
     acts_free(&b->a);
     free(b);
 }

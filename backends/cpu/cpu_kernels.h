@@ -64,11 +64,32 @@ typedef enum td_cpu_act_fmt {
 /* dot of one stored row with an act-q8 row (n values) */
 typedef float (*td_cpu_dot_q8_fn)(const void *w, const td_cpu_xq8 *x, int64_t n);
 
+/* act-q8 on weights repacked once (the "packed" layout): TD_CPU_PACK_ROWS
+ * rows are interleaved so one broadcast activation word meets all of them
+ * in one instruction, and a tile of tokens reuses every loaded weight
+ * vector. pack writes the packed form of rows (TD_CPU_PACK_ROWS stored rows
+ * of n values, row_bytes apart) into dst (pack_bytes(n) bytes, 64-byte
+ * aligned); gemm_q8 computes y[t*ldy + r] = dot_q8(row r, token t) + bias[r]
+ * (+ 0 without bias, as the per-row path adds) for the rows of n_groups
+ * consecutive packed groups and T tokens (token t's act-q8 arrays at
+ * x->q + t*n, x->d + t*n/32, x->dsum32 + t*n/32), with the dot_q8 kernels'
+ * bits: the same exact integer sums, scaled in the same order. */
+#define TD_CPU_PACK_ROWS 16
+typedef size_t (*td_cpu_pack_bytes_fn)(int64_t n);
+typedef void (*td_cpu_pack_fn)(void *dst, const void *rows, size_t row_bytes, int64_t n);
+typedef void (*td_cpu_gemm_q8_fn)(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
+                                  float *y, int64_t ldy, const float *bias);
+
 typedef struct td_cpu_type_ops {
     td_cpu_dot_fn dot;       /* NULL: no direct kernel; decode the row, then dot_f32 */
     td_cpu_row_fn to_f32;    /* always set for a decodable type */
     int needs_xsum;
     td_cpu_dot_q8_fn dot_q8; /* act-q8 kernel; NULL: use dot (or to_f32) on x' = d*q */
+    /* act-q8 on packed weights: all three set, or all NULL (no packed
+     * kernel at this level: the per-row kernels run) */
+    td_cpu_pack_bytes_fn pack_bytes;
+    td_cpu_pack_fn pack;
+    td_cpu_gemm_q8_fn gemm_q8;
 } td_cpu_type_ops;
 
 /* The kernel levels, each a superset of the one below; the table takes the
@@ -156,6 +177,76 @@ static inline void td_cpu_kq_scales(const uint8_t *s, uint8_t sc[8], uint8_t mn[
 static inline float td_cpu_red8(const float a[8]) {
     return ((a[0] + a[4]) + (a[2] + a[6])) + ((a[1] + a[5]) + (a[3] + a[7]));
 }
+
+/* The packed layouts (kernels_pack.c): Q8_0 and Q4_K, portable C. */
+size_t td_cpu_pack_bytes_q8_0(int64_t n);
+void td_cpu_pack_q8_0(void *dst, const void *rows, size_t row_bytes, int64_t n);
+size_t td_cpu_pack_bytes_q4_k(int64_t n);
+void td_cpu_pack_q4_k(void *dst, const void *rows, size_t row_bytes, int64_t n);
+
+#if defined(__x86_64__) || defined(__i386__)
+/* The f32 part of the 32-value act-q8 kernels, one definition for the SIMD
+ * levels (kernels_avx2.c, kernels_vnni.c; each includes <immintrin.h> and
+ * defines TD_CPU_SIMD before this header): kernels.c's order, block j's
+ * (dw_j * dx_j) * (float)s_j into lane j % 8, separate mul and add. */
+#ifdef TD_CPU_SIMD
+#define TD_CPU_AVX2_INLINE __attribute__((target("avx2,fma,f16c"), always_inline))
+
+/* acc += (dw[k] * dx[k]) * (float)(horizontal sum of p[k]), k = 0..7 */
+TD_CPU_AVX2_INLINE static inline __m256 td_cpu_q8_scale8(__m256 acc, const float dw[8], const float *dx,
+                                                         const __m256i p[8]) {
+    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
+    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
+    const __m256i s = _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
+    const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(dx));
+    return _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(s)));
+}
+
+/* the last nt (< 8) blocks, sums s[k] and weight scales dw[k], into lanes
+ * 0..nt-1 of acc, then the final reduction */
+TD_CPU_AVX2_INLINE static inline float td_cpu_q8_finish(__m256 acc, const float *dw, const float *dx,
+                                                        const int32_t *s, int nt) {
+    float lanes[8];
+    _mm256_storeu_ps(lanes, acc);
+    for (int k = 0; k < nt; k++) lanes[k] += (dw[k] * dx[k]) * (float)s[k];
+    return td_cpu_red8(lanes);
+}
+
+TD_CPU_AVX2_INLINE static inline int32_t td_cpu_hsum_i32(__m256i v) {
+    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
+    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
+    return _mm_cvtsi128_si32(s);
+}
+
+/* One act-q8 dot of a 32-value type whose block starts with its f16 scale:
+ * isum(block, codes) gives the block's int32 lanes; ATTR the level's target
+ * attribute. */
+#define TD_CPU_Q8_BLOCKS_DOT(name, ATTR, BYTES, isum)                                                                 \
+    ATTR static float name(const void *wv, const td_cpu_xq8 *x, int64_t n) {                                         \
+        const uint8_t *b = wv;                                                                                       \
+        const int64_t nb = n / 32;                                                                                   \
+        __m256 acc = _mm256_setzero_ps();                                                                            \
+        float dw[8];                                                                                                 \
+        int64_t j = 0;                                                                                               \
+        for (; j + 8 <= nb; j += 8, b += 8 * (BYTES)) {                                                              \
+            __m256i p[8];                                                                                            \
+            for (int k = 0; k < 8; k++) {                                                                            \
+                p[k] = isum(b + k * (BYTES), x->q + 32 * (j + k));                                                   \
+                dw[k] = _cvtsh_ss(td_cpu_rd_u16(b + k * (BYTES)));                                                   \
+            }                                                                                                        \
+            acc = td_cpu_q8_scale8(acc, dw, x->d + j, p);                                                            \
+        }                                                                                                            \
+        int32_t s[8];                                                                                                \
+        int nt = 0;                                                                                                  \
+        for (; j + nt < nb; nt++, b += (BYTES)) {                                                                    \
+            dw[nt] = _cvtsh_ss(td_cpu_rd_u16(b));                                                                    \
+            s[nt] = td_cpu_hsum_i32(isum(b, x->q + 32 * (j + nt)));                                                  \
+        }                                                                                                            \
+        return td_cpu_q8_finish(acc, dw, x->d + j, s, nt);                                                           \
+    }
+#endif
+#endif
 
 #ifdef __cplusplus
 }

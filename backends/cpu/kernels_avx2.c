@@ -14,6 +14,7 @@
 #include <string.h>
 
 #include "blocks.h"
+#define TD_CPU_SIMD
 #include "cpu_kernels.h"
 
 /* field offsets and block sizes from the one layout header */
@@ -450,20 +451,6 @@ TGTI static inline __m256i ld256(const void *p) {
     return _mm256_loadu_si256((const __m256i_u *)p);
 }
 
-TGTI static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-/* the horizontal sums of p[0..7] as the 8 lanes of one vector */
-TGTI static inline __m256i hsum8x8_i32(const __m256i p[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
-}
-
 /* Σ w a over one Q8_0 block (signed x signed: |w| times a with w's sign
  * moved onto a), as 8 int32 lanes */
 TGTI static inline __m256i q8_0_isum(const uint8_t *b, const int8_t *a) {
@@ -484,36 +471,9 @@ TGTI static inline __m256i q4_0_isum(const uint8_t *b, const int8_t *a) {
     return _mm256_madd_epi16(_mm256_maddubs_epi16(_mm256_sign_epi8(w, w), _mm256_sign_epi8(x, w)), _mm256_set1_epi16(1));
 }
 
-/* The 32-value types: `isum` gives a block's int32 lanes; blocks 8 at a
- * time, their sums scaled as a vector into lane j % 8. */
-#define Q8_BLOCKS_DOT(name, BYTES, isum)                                                                              \
-    TGT static float name(const void *wv, const td_cpu_xq8 *x, int64_t n) {                                          \
-        const uint8_t *b = wv;                                                                                       \
-        const int64_t nb = n / 32;                                                                                   \
-        __m256 acc = _mm256_setzero_ps();                                                                            \
-        int64_t j = 0;                                                                                               \
-        for (; j + 8 <= nb; j += 8, b += 8 * (BYTES)) {                                                              \
-            __m256i p[8];                                                                                            \
-            float dw[8];                                                                                             \
-            for (int k = 0; k < 8; k++) {                                                                            \
-                p[k] = isum(b + k * (BYTES), x->q + 32 * (j + k));                                                   \
-                dw[k] = f16s(b + k * (BYTES));                                                                       \
-            }                                                                                                        \
-            const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(x->d + j));                         \
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(hsum8x8_i32(p))));                         \
-        }                                                                                                            \
-        float lanes[8];                                                                                              \
-        _mm256_storeu_ps(lanes, acc);                                                                                \
-        for (int k = 0; j < nb; j++, k++, b += (BYTES)) {                                                            \
-            const float sc = f16s(b) * x->d[j];                                                                      \
-            lanes[k] += sc * (float)hsum_i32(isum(b, x->q + 32 * j));                                                \
-        }                                                                                                            \
-        return td_cpu_red8(lanes);                                                                                   \
-    }
-
 /* the scale d sits first in both block layouts */
-Q8_BLOCKS_DOT(dot_q8_q8_0, SZ(q8_0), q8_0_isum)
-Q8_BLOCKS_DOT(dot_q8_q4_0, SZ(q4_0), q4_0_isum)
+TD_CPU_Q8_BLOCKS_DOT(dot_q8_q8_0, TGT, SZ(q8_0), q8_0_isum)
+TD_CPU_Q8_BLOCKS_DOT(dot_q8_q4_0, TGT, SZ(q4_0), q4_0_isum)
 
 /* the 6-bit scale (sc) and minimum (mn) codes of a Q4_K/Q5_K super-block,
  * byte k = sub-block k (the bit layout of kq_scales) */
@@ -551,7 +511,7 @@ TGTI static inline float dot_q8_kq(const uint8_t *b, size_t bytes, int has_qh, c
             is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(_mm256_maddubs_epi16(lo, ld256(a + 64 * c)), s_lo));
             is1 = _mm256_add_epi32(is1, _mm256_madd_epi16(_mm256_maddubs_epi16(hi, ld256(a + 64 * c + 32)), s_hi));
         }
-        const int32_t isum = hsum_i32(_mm256_add_epi32(is0, is1));
+        const int32_t isum = td_cpu_hsum_i32(_mm256_add_epi32(is0, is1));
         const __m256 mnf = _mm256_cvtepi32_ps(_mm256_cvtepu8_epi32(_mm_cvtsi64_si128((long long)mn)));
         const float msum = hsum8(_mm256_mul_ps(mnf, _mm256_loadu_ps(x->dsum32 + 8 * sb)));
         const float dx = x->d[8 * sb];
@@ -600,7 +560,7 @@ TGT static float dot_q8_q6_k(const void *wv, const td_cpu_xq8 *x, int64_t n) {
                 else is0 = _mm256_add_epi32(is0, _mm256_madd_epi16(p16, s16));
             }
         }
-        const int32_t isum = hsum_i32(_mm256_add_epi32(is0, is1));
+        const int32_t isum = td_cpu_hsum_i32(_mm256_add_epi32(is0, is1));
         const float v = (f16s(b + OFF(q6_k, d)) * x->d[8 * sb]) * (float)isum;
         acc += v;
     }
@@ -685,6 +645,105 @@ TGT static void quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8
 }
 
 /* ===================================================================== */
+/* act-q8 on packed weights (kernels_pack.c): 16 rows as two halves of 8   */
+/* ===================================================================== */
+/* A 64-byte word of the packed codes is two vectors: rows 0..7 and 8..15,
+ * 4 codes each per 32-bit lane. vpmaddubsw multiplies them by 4 activation
+ * bytes broadcast from one token (pairs into int16, exact as above) and
+ * vpmaddwd finishes each row's 4 products in int32, so one loaded word
+ * serves every token of the tile. The integer sums and kernels.c's f32
+ * order are those of the per-row kernels: each (row, token) gets dot_q8's
+ * bits, as at the VNNI level. */
+
+TGTI static inline __m256i bc4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm256_set1_epi32(v);
+}
+
+TGTI static inline __m256 f16x8p(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_loadu_si128((const __m128i_u *)p));
+}
+
+/* td_cpu_red8 of 8 vectors, lane by lane */
+TGTI static inline __m256 red8x8(const __m256 v[8]) {
+    return _mm256_add_ps(_mm256_add_ps(_mm256_add_ps(v[0], v[4]), _mm256_add_ps(v[2], v[6])),
+                         _mm256_add_ps(_mm256_add_ps(v[1], v[5]), _mm256_add_ps(v[3], v[7])));
+}
+
+/* y[r] = v[r] + (bias[r] or 0) for 8 rows */
+TGTI static inline void put8(float *y, __m256 v, const float *bias) {
+    _mm256_storeu_ps(y, _mm256_add_ps(v, bias ? _mm256_loadu_ps(bias) : _mm256_setzero_ps()));
+}
+
+/* Q8_0: codes are stored as w + 128; back to w (xor), then |w| times a with
+ * w's sign moved onto a. The lane accumulators (lane j % 8 of block j) live
+ * in an array: sixteen vector registers do not hold them. */
+TGTI static inline void q8_0_tile2(const uint8_t *pk, int64_t nb, int TT, const int8_t *q, const float *d, int64_t n,
+                                   float *y, int64_t ldy, const float *bias) {
+    const __m256i x80 = _mm256_set1_epi8((char)0x80), one = _mm256_set1_epi16(1);
+    __m256 acc[2][2][8]; // token, half, lane
+#pragma GCC unroll 8
+    for (int t = 0; t < 2; t++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++)
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) acc[t][h][k] = _mm256_setzero_ps();
+    for (int64_t j = 0; j < nb; j++) {
+        const uint8_t *c = pk + 1088 * (j / 2) + 512 * (j % 2), *sc = pk + 1088 * (j / 2) + 1024 + 32 * (j % 2);
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) {
+            __m256i s[2] = {_mm256_setzero_si256(), _mm256_setzero_si256()};
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m256i w = _mm256_xor_si256(ld256(c + 64 * i + 32 * h), x80), aw = _mm256_sign_epi8(w, w);
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    const __m256i a = _mm256_sign_epi8(bc4(q + t * n + 32 * j + 4 * i), w);
+                    s[t] = _mm256_add_epi32(s[t], _mm256_madd_epi16(_mm256_maddubs_epi16(aw, a), one));
+                }
+            }
+            const __m256 dw = f16x8p(sc + 16 * h);
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) {
+                const __m256 f = _mm256_mul_ps(dw, _mm256_set1_ps(d[t * nb + j]));
+                acc[t][h][j & 7] = _mm256_add_ps(acc[t][h][j & 7], _mm256_mul_ps(f, _mm256_cvtepi32_ps(s[t])));
+            }
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+#pragma GCC unroll 8
+        for (int h = 0; h < 2; h++) put8(y + t * ldy + 8 * h, red8x8(acc[t][h]), bias ? bias + 8 * h : NULL);
+}
+
+#define GROUP_BLOCK 4
+
+TGT static void gemm_q8_q8_0(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
+                             float *y, int64_t ldy, const float *bias) {
+    const int64_t nb = n / 32;
+    const size_t gbytes = td_cpu_pack_bytes_q8_0(n);
+    for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
+        const int64_t g1 = g0 + GROUP_BLOCK < n_groups ? g0 + GROUP_BLOCK : n_groups;
+        for (int64_t t0 = 0; t0 < T; t0 += 2) {
+            const int TT = T - t0 >= 2 ? 2 : 1;
+            for (int64_t g = g0; g < g1; g++) {
+                const uint8_t *c = (const uint8_t *)packed + (size_t)g * gbytes;
+                float *yy = y + t0 * ldy + 16 * g;
+                const float *bb = bias ? bias + 16 * g : NULL;
+                if (TT == 2) q8_0_tile2(c, nb, 2, x->q + t0 * n, x->d + t0 * nb, n, yy, ldy, bb);
+                else q8_0_tile2(c, nb, 1, x->q + t0 * n, x->d + t0 * nb, n, yy, ldy, bb);
+            }
+        }
+    }
+}
+
+/* Q4_K has no packed kernel at this level: written the same way (vpmaddwd
+ * with the rows' scale pairs), it sped prefill up by ~1.4x but decode ran
+ * ~13% slower than the per-row kernel (CPU time, bench/cpu_time.sh), and
+ * without VNNI each code still costs as many instructions as per row. */
+
+/* ===================================================================== */
 
 void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->isa = TD_CPU_ISA_AVX2;
@@ -711,6 +770,9 @@ void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->type[TD_TYPE_Q4_K].dot_q8 = dot_q8_q4_k;
     k->type[TD_TYPE_Q5_K].dot_q8 = dot_q8_q5_k;
     k->type[TD_TYPE_Q6_K].dot_q8 = dot_q8_q6_k;
+    k->type[TD_TYPE_Q8_0].pack_bytes = td_cpu_pack_bytes_q8_0;
+    k->type[TD_TYPE_Q8_0].pack = td_cpu_pack_q8_0;
+    k->type[TD_TYPE_Q8_0].gemm_q8 = gemm_q8_q8_0;
 }
 #else
 typedef int td_cpu_kernels_avx2_unused; /* ISO C: a translation unit is not empty */

@@ -9,9 +9,11 @@
  * attribute; the rest of the program stays portable. */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "blocks.h"
+#define TD_CPU_SIMD
 #include "cpu_kernels.h"
 
 #define OFF(T, f) offsetof(td_blk_##T, f)
@@ -22,23 +24,6 @@
 
 TGTI static inline __m256i ld256(const void *p) {
     return _mm256_loadu_si256((const __m256i_u *)p);
-}
-
-TGTI static inline float f16s(const uint8_t *p) {
-    return _cvtsh_ss(td_cpu_rd_u16(p));
-}
-
-TGTI static inline int32_t hsum_i32(__m256i v) {
-    __m128i s = _mm_add_epi32(_mm256_castsi256_si128(v), _mm256_extracti128_si256(v, 1));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0x4E));
-    s = _mm_add_epi32(s, _mm_shuffle_epi32(s, 0xB1));
-    return _mm_cvtsi128_si32(s);
-}
-
-TGTI static inline __m256i hsum8x8_i32(const __m256i p[8]) {
-    const __m256i a = _mm256_hadd_epi32(_mm256_hadd_epi32(p[0], p[1]), _mm256_hadd_epi32(p[2], p[3]));
-    const __m256i b = _mm256_hadd_epi32(_mm256_hadd_epi32(p[4], p[5]), _mm256_hadd_epi32(p[6], p[7]));
-    return _mm256_add_epi32(_mm256_permute2x128_si256(a, b, 0x20), _mm256_permute2x128_si256(a, b, 0x31));
 }
 
 /* signed x signed through vpdpbusd (unsigned x signed): |w| times a with
@@ -58,39 +43,224 @@ TGTI static inline __m256i q4_0_isum(const uint8_t *b, const int8_t *a) {
     return dot_s8s8(_mm256_sub_epi8(c, _mm256_set1_epi8(8)), ld256(a));
 }
 
-/* kernels.c's order: block j's (dw * dx) * (float)s into lane j % 8 */
-#define Q8_BLOCKS_DOT(name, BYTES, isum)                                                                              \
-    TGT static float name(const void *wv, const td_cpu_xq8 *x, int64_t n) {                                          \
-        const uint8_t *b = wv;                                                                                       \
-        const int64_t nb = n / 32;                                                                                   \
-        __m256 acc = _mm256_setzero_ps();                                                                            \
-        int64_t j = 0;                                                                                               \
-        for (; j + 8 <= nb; j += 8, b += 8 * (BYTES)) {                                                              \
-            __m256i p[8];                                                                                            \
-            float dw[8];                                                                                             \
-            for (int k = 0; k < 8; k++) {                                                                            \
-                p[k] = isum(b + k * (BYTES), x->q + 32 * (j + k));                                                   \
-                dw[k] = f16s(b + k * (BYTES));                                                                       \
-            }                                                                                                        \
-            const __m256 sc = _mm256_mul_ps(_mm256_loadu_ps(dw), _mm256_loadu_ps(x->d + j));                         \
-            acc = _mm256_add_ps(acc, _mm256_mul_ps(sc, _mm256_cvtepi32_ps(hsum8x8_i32(p))));                         \
-        }                                                                                                            \
-        float lanes[8];                                                                                              \
-        _mm256_storeu_ps(lanes, acc);                                                                                \
-        for (int k = 0; j < nb; j++, k++, b += (BYTES)) {                                                            \
-            const float sc = f16s(b) * x->d[j];                                                                      \
-            lanes[k] += sc * (float)hsum_i32(isum(b, x->q + 32 * j));                                                \
-        }                                                                                                            \
-        return td_cpu_red8(lanes);                                                                                   \
-    }
+/* kernels.c's order: the scaling is cpu_kernels.h's, shared with AVX2 */
+TD_CPU_Q8_BLOCKS_DOT(dot_q8_q8_0, TGT, SZ(q8_0), q8_0_isum)
+TD_CPU_Q8_BLOCKS_DOT(dot_q8_q4_0, TGT, SZ(q4_0), q4_0_isum)
 
-Q8_BLOCKS_DOT(dot_q8_q8_0, SZ(q8_0), q8_0_isum)
-Q8_BLOCKS_DOT(dot_q8_q4_0, SZ(q4_0), q4_0_isum)
+/* ===================================================================== */
+/* act-q8 on packed weights (kernels_pack.c): 16 rows x a tile of tokens  */
+/* ===================================================================== */
+/* One vpdpbusd multiplies a 64-byte word of the packed codes (4 codes of
+ * each of 16 rows) by 4 activation bytes of one token broadcast to all
+ * lanes, adding into that token's 16 row sums; each weight word serves
+ * every token of the tile. The integer sums are the per-row kernels' exact
+ * numbers and the f32 part is kernels.c's order, vectorized over the 16 rows,
+ * so each (row, token) gets dot_q8's bits. */
+
+TGTI static inline __m512i bcast4(const int8_t *p) {
+    int32_t v;
+    memcpy(&v, p, 4);
+    return _mm512_set1_epi32(v);
+}
+
+TGTI static inline __m512 f16x16(const uint8_t *p) {
+    return _mm512_cvtph_ps(_mm256_loadu_si256((const __m256i_u *)p));
+}
+
+/* td_cpu_red8 of 8 vectors, lane by lane */
+TGTI static inline __m512 red8x16(const __m512 v[8]) {
+    return _mm512_add_ps(_mm512_add_ps(_mm512_add_ps(v[0], v[4]), _mm512_add_ps(v[2], v[6])),
+                         _mm512_add_ps(_mm512_add_ps(v[1], v[5]), _mm512_add_ps(v[3], v[7])));
+}
+
+/* y[t*ldy + r] = v[r] + (bias[r] or 0), the per-row path's final add */
+TGTI static inline void put16(float *y, __m512 v, const float *bias) {
+    _mm512_storeu_ps(y, _mm512_add_ps(v, bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps()));
+}
+
+/* Q8_0: codes are w + 128 (unsigned), so each block's sum is Σ (w+128) a
+ * minus as = 128 Σ a. Block j's scaled value goes to lane j % 8 of its
+ * token: acc[t] points at that lane's accumulator. */
+TGTI static inline void q8_0_step(const uint8_t *pk, int64_t nb, int64_t j, int TT,
+                                  const int8_t *q, const float *d, const int32_t *as, int64_t n, __m512 *acc0,
+                                  __m512 *acc1) {
+    __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
+#pragma GCC unroll 8
+    for (int i = 0; i < 8; i++) {
+        const __m512i w = _mm512_loadu_si512(pk + 1088 * (j / 2) + 512 * (j % 2) + 64 * i);
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], w, bcast4(q + t * n + 32 * j + 4 * i));
+    }
+    const __m512 dw = f16x16(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2));
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) {
+        const __m512i si = _mm512_sub_epi32(s[t], _mm512_set1_epi32(as[t * nb + j]));
+        const __m512 sc = _mm512_mul_ps(dw, _mm512_set1_ps(d[t * nb + j]));
+        __m512 *a = t ? acc1 : acc0;
+        *a = _mm512_add_ps(*a, _mm512_mul_ps(sc, _mm512_cvtepi32_ps(si)));
+    }
+}
+
+/* the eight lane accumulators of each token stay in registers (TT <= 2):
+ * blocks go eight at a time, lane k a constant */
+TGTI static inline void q8_0_tile(const uint8_t *pk, int64_t nb, int TT, const int8_t *q,
+                                  const float *d, const int32_t *as, int64_t n, float *y, int64_t ldy,
+                                  const float *bias) {
+    __m512 acc[2][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 2; t++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) acc[t][k] = _mm512_setzero_ps();
+    int64_t j = 0;
+    for (; j + 8 <= nb; j += 8) {
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) q8_0_step(pk, nb, j + k, TT, q, d, as, n, &acc[0][k], &acc[1][k]);
+    }
+    __m512 lanes[2][8];
+#pragma GCC unroll 8
+    for (int t = 0; t < 2; t++)
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++) lanes[t][k] = acc[t][k];
+    for (int k = 0; j + k < nb; k++) q8_0_step(pk, nb, j + k, TT, q, d, as, n, &lanes[0][k], &lanes[1][k]);
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) put16(y + t * ldy, red8x16(lanes[t]), bias);
+}
+
+/* the tokens' 128 Σa per block, for the tile starting at token t0 */
+TGTI static inline void q8_0_asums(const int8_t *q, int64_t n, int TT, int32_t *as) {
+    const int64_t nb = n / 32;
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++)
+        for (int64_t j = 0; j < nb; j++) {
+            const __m256i a = _mm256_loadu_si256((const __m256i_u *)(q + t * n + 32 * j));
+            // Σa as vpdpbusd(1, a) per 4 bytes, then the 8 lanes
+            const __m256i p = _mm256_dpbusd_epi32(_mm256_setzero_si256(), _mm256_set1_epi8(1), a);
+            __m128i h = _mm_add_epi32(_mm256_castsi256_si128(p), _mm256_extracti128_si256(p, 1));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0x4E));
+            h = _mm_add_epi32(h, _mm_shuffle_epi32(h, 0xB1));
+            as[t * nb + j] = 128 * _mm_cvtsi128_si32(h);
+        }
+}
+
+/* groups per block of the loops: their codes stay in cache while every
+ * token tile passes over them */
+#define GROUP_BLOCK 4
+
+TGT static void gemm_q8_q8_0(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
+                             float *y, int64_t ldy, const float *bias) {
+    const int64_t nb = n / 32;
+    const size_t gbytes = td_cpu_pack_bytes_q8_0(n);
+    int32_t as[2 * 1024];
+    int32_t *asp = nb <= 1024 ? as : td_xcalloc((size_t)(2 * nb), sizeof *asp);
+    for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
+        const int64_t g1 = g0 + GROUP_BLOCK < n_groups ? g0 + GROUP_BLOCK : n_groups;
+        for (int64_t t0 = 0; t0 < T; t0 += 2) {
+            const int TT = T - t0 >= 2 ? 2 : 1;
+            const int8_t *q = x->q + t0 * n;
+            q8_0_asums(q, n, TT, asp);
+            for (int64_t g = g0; g < g1; g++) {
+                const uint8_t *c = (const uint8_t *)packed + (size_t)g * gbytes;
+                float *yy = y + t0 * ldy + 16 * g;
+                const float *bb = bias ? bias + 16 * g : NULL;
+                if (TT == 2) q8_0_tile(c, nb, 2, q, x->d + t0 * nb, asp, n, yy, ldy, bb);
+                else q8_0_tile(c, nb, 1, q, x->d + t0 * nb, asp, n, yy, ldy, bb);
+            }
+        }
+    }
+    if (asp != as) free(asp);
+}
+
+/* Q4_K: codes 0..15 are the unsigned operand as they are; per sub-block the
+ * 16 row sums are multiplied by the rows' scale codes (vpmulld, exact) into
+ * the super-block's isum; then kernels.c's
+ * acc += (d * dx) * (float)isum - dmin * red8(mn_k * dsum32_k). */
+TGTI static inline void q4_k_tile(const uint8_t *G0, int64_t nsb, int TT, const td_cpu_xq8 *x, int64_t n, float *y,
+                                  int64_t ldy, const float *bias) {
+    const int64_t ns = n / 32;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    __m512 acc[4];
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) acc[t] = _mm512_setzero_ps();
+    for (int64_t sb = 0; sb < nsb; sb++) {
+        const uint8_t *G = G0 + (size_t)sb * 2368;
+        __m512i isum[4];
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) isum[t] = _mm512_setzero_si512();
+#pragma GCC unroll 4
+        for (int c = 0; c < 4; c++) {
+            __m512i slo[4], shi[4];
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++) slo[t] = shi[t] = _mm512_setzero_si512();
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                const __m512i v = _mm512_loadu_si512(G + 64 * (8 * c + i));
+                const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_and_si512(_mm512_srli_epi16(v, 4), m4);
+#pragma GCC unroll 8
+                for (int t = 0; t < TT; t++) {
+                    const int8_t *a = x->q + t * n + TD_QK_K * sb + 64 * c + 4 * i;
+                    slo[t] = _mm512_dpbusd_epi32(slo[t], lo, bcast4(a));
+                    shi[t] = _mm512_dpbusd_epi32(shi[t], hi, bcast4(a + 32));
+                }
+            }
+            const __m512i sclo = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2048 + 32 * c)));
+            const __m512i schi = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2048 + 32 * c + 16)));
+#pragma GCC unroll 8
+            for (int t = 0; t < TT; t++)
+                isum[t] = _mm512_add_epi32(isum[t], _mm512_add_epi32(_mm512_mullo_epi32(slo[t], sclo),
+                                                                     _mm512_mullo_epi32(shi[t], schi)));
+        }
+        const __m512 d = f16x16(G + 2304), dmin = f16x16(G + 2336);
+        __m512 mnf[8];
+#pragma GCC unroll 8
+        for (int k = 0; k < 8; k++)
+            mnf[k] = _mm512_cvtepi32_ps(_mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2176 + 16 * k))));
+#pragma GCC unroll 8
+        for (int t = 0; t < TT; t++) {
+            const float *ds = x->dsum32 + t * ns + 8 * sb;
+            __m512 tk[8];
+#pragma GCC unroll 8
+            for (int k = 0; k < 8; k++) tk[k] = _mm512_mul_ps(mnf[k], _mm512_set1_ps(ds[k]));
+            const __m512 v = _mm512_mul_ps(_mm512_mul_ps(d, _mm512_set1_ps(x->d[t * ns + 8 * sb])),
+                                           _mm512_cvtepi32_ps(isum[t]));
+            acc[t] = _mm512_add_ps(acc[t], _mm512_sub_ps(v, _mm512_mul_ps(dmin, red8x16(tk))));
+        }
+    }
+#pragma GCC unroll 8
+    for (int t = 0; t < TT; t++) put16(y + t * ldy, acc[t], bias);
+}
+
+TGT static void gemm_q8_q4_k(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
+                             float *y, int64_t ldy, const float *bias) {
+    const int64_t nsb = n / TD_QK_K, ns = n / 32;
+    const size_t gbytes = (size_t)nsb * 2368;
+    for (int64_t g0 = 0; g0 < n_groups; g0 += GROUP_BLOCK) {
+        const int64_t g1 = g0 + GROUP_BLOCK < n_groups ? g0 + GROUP_BLOCK : n_groups;
+        for (int64_t t0 = 0; t0 < T;) {
+            const int TT = T - t0 >= 4 ? 4 : T - t0 >= 2 ? 2 : 1;
+            const td_cpu_xq8 xt = {x->q + t0 * n, x->d + t0 * ns, x->dsum16 + 2 * t0 * ns, x->dsum32 + t0 * ns};
+            for (int64_t g = g0; g < g1; g++) {
+                const uint8_t *G = (const uint8_t *)packed + (size_t)g * gbytes;
+                float *yy = y + t0 * ldy + 16 * g;
+                const float *bb = bias ? bias + 16 * g : NULL;
+                if (TT == 4) q4_k_tile(G, nsb, 4, &xt, n, yy, ldy, bb);
+                else if (TT == 2) q4_k_tile(G, nsb, 2, &xt, n, yy, ldy, bb);
+                else q4_k_tile(G, nsb, 1, &xt, n, yy, ldy, bb);
+            }
+            t0 += TT;
+        }
+    }
+}
 
 void td_cpu_kernels_init_avx512vnni(td_cpu_kernels *k) {
     k->isa = TD_CPU_ISA_AVX512VNNI;
     k->type[TD_TYPE_Q8_0].dot_q8 = dot_q8_q8_0;
     k->type[TD_TYPE_Q4_0].dot_q8 = dot_q8_q4_0;
+    k->type[TD_TYPE_Q8_0].pack_bytes = td_cpu_pack_bytes_q8_0;
+    k->type[TD_TYPE_Q8_0].pack = td_cpu_pack_q8_0;
+    k->type[TD_TYPE_Q8_0].gemm_q8 = gemm_q8_q8_0;
+    k->type[TD_TYPE_Q4_K].pack_bytes = td_cpu_pack_bytes_q4_k;
+    k->type[TD_TYPE_Q4_K].pack = td_cpu_pack_q4_k;
+    k->type[TD_TYPE_Q4_K].gemm_q8 = gemm_q8_q4_k;
 }
 #else
 typedef int td_cpu_kernels_vnni_unused; /* ISO C: a translation unit is not empty */

@@ -502,6 +502,47 @@ Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_moe_act_q8) {
     prefill_vs_single("act-q8", "qwen3moe-q6_k");
 }
 
+/* act-q8 with packed weights (avx512vnni, Q8_0 and Q4_K): a prefill at the
+ * default GEMM threshold runs the packed tile kernels where sgemm ran
+ * before, and gives the bits of the same tokens one by one at the avx2
+ * level (its own packed kernels, other code; the same f32 attention
+ * helpers, which the c level's differ from). */
+static void packed_prefill_vs_avx2_single(int type) {
+    if (!td_cpu_has_isa(TD_CPU_ISA_AVX512VNNI)) cr_skip_test("this CPU has no AVX-512 VNNI: no packed kernels");
+    make_tmpdir();
+    char path[512];
+    tiny_model(type, path, sizeof path);
+    td_model *m = NULL;
+    td_err err = {{0}};
+    cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
+    const int64_t V = m->hp.n_vocab, T = 12;
+    double *all = malloc((size_t)(T * V) * sizeof *all), *one = malloc((size_t)(T * V) * sizeof *one);
+    td_backend_params p = {.threads = 2, .n_ctx = 64, .profile = "act-q8"};
+    td_backend *b = NULL;
+    cr_assert_eq(td_cpu_backend.open(&b, m, &p, &err), TD_OK, "%s", err.msg);
+    cr_assert(strstr(td_cpu_backend.version(b), "avx512vnni"), "%s", td_cpu_backend.version(b));
+    cr_assert_eq(b->vt->forward(b, k_prompt, T, 0, NULL, all, &err), TD_OK, "%s", err.msg);
+    b->vt->close(b);
+    setenv("TD_CPU_ISA", "avx2", 1);
+    int rc = td_cpu_backend.open(&b, m, &p, &err);
+    unsetenv("TD_CPU_ISA");
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    for (int64_t t = 0; t < T; t++)
+        cr_assert_eq(b->vt->forward(b, k_prompt + t, 1, t, NULL, one + t * V, &err), TD_OK, "%s", err.msg);
+    for (int64_t i = 0; i < T * V; i++)
+        if (memcmp(&all[i], &one[i], sizeof(double)))
+            cr_assert_fail("%s: packed prefill and avx2 token-by-token logits differ at position %lld id %lld: "
+                           "%a vs %a",
+                           td_type_name(type), (long long)(i / V), (long long)(i % V), all[i], one[i]);
+    b->vt->close(b);
+    td_model_close(m);
+    free(all), free(one);
+    remove_tmpdir();
+}
+
+Test(cpu_forward, packed_prefill_is_bitwise_avx2_token_by_token_q8_0) { packed_prefill_vs_avx2_single(TD_TYPE_Q8_0); }
+Test(cpu_forward, packed_prefill_is_bitwise_avx2_token_by_token_q4_k) { packed_prefill_vs_avx2_single(TD_TYPE_Q4_K); }
+
 /* ------------------------------------------------------------------------ */
 /* tapdiff bench                                                              */
 

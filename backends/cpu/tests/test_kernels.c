@@ -550,3 +550,81 @@ Test(cpu_kernels, dot_q8_bitwise_equal_across_isa_levels) {
     }
     cr_assert_gt(compared, 0);
 }
+
+/* ------------------------------------------------------------------------ */
+/* act-q8 on packed weights: every (row, token) of the tile kernels is the C
+ * per-row kernel's bits, with and without bias, over tile tails (token
+ * counts not a multiple of the tile) and lengths with and without whole
+ * groups of 8 blocks. */
+
+static const int k_pack_types[] = {TD_TYPE_Q8_0, TD_TYPE_Q4_K};
+
+Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
+    rng_state = 31;
+    td_cpu_kernels c;
+    td_cpu_kernels_init(&c, TD_CPU_ISA_C);
+    int compared = 0;
+    for (int lvl = 0; lvl < TD_CPU_ISA_COUNT; lvl++) {
+        td_cpu_kernels k;
+        td_cpu_kernels_init(&k, (td_cpu_isa)lvl);
+        if ((int)k.isa != lvl) continue;
+        for (size_t ti = 0; ti < sizeof k_pack_types / sizeof k_pack_types[0]; ti++) {
+            const int type = k_pack_types[ti];
+            const td_cpu_type_ops *op = &k.type[type];
+            if (!op->gemm_q8) continue;
+            cr_assert(op->pack && op->pack_bytes, "%s %s: gemm_q8 without pack", td_cpu_isa_name(k.isa),
+                      td_type_name(type));
+            const int64_t B = td_type_get(type)->block_size;
+            const int64_t lens[] = {B, 3 * B, 8 * B, 11 * B};
+            const int64_t Ts[] = {1, 2, 3, 5, 8};
+            for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+                for (size_t tj = 0; tj < sizeof Ts / sizeof Ts[0]; tj++) {
+                    const int64_t n = lens[li], T = Ts[tj], G = 5, rows = G * TD_CPU_PACK_ROWS, ns = n / 32;
+                    size_t bytes = td_type_row_bytes(type, n);
+                    uint8_t *W = malloc(bytes * (size_t)rows);
+                    for (int64_t r = 0; r < rows; r++) {
+                        size_t b2;
+                        uint8_t *w = random_row(type, n, &b2);
+                        memcpy(W + (size_t)r * bytes, w, bytes);
+                        free(w);
+                    }
+                    const size_t gb = op->pack_bytes(n);
+                    uint8_t *P = aligned_alloc(64, gb * (size_t)G);
+                    for (int64_t g = 0; g < G; g++)
+                        op->pack(P + g * gb, W + (size_t)(g * TD_CPU_PACK_ROWS) * bytes, bytes, n);
+                    float *x = malloc((size_t)(T * n) * sizeof *x), *d = malloc((size_t)(T * ns) * sizeof *d);
+                    float *d16 = malloc((size_t)(2 * T * ns) * sizeof *d16);
+                    float *d32 = malloc((size_t)(T * ns) * sizeof *d32);
+                    int8_t *q = malloc((size_t)(T * n));
+                    for (int64_t i = 0; i < T * n; i++) x[i] = (float)(urnd() * pow(10.0, (double)(i % 7) - 3));
+                    for (int64_t t = 0; t < T; t++)
+                        td_cpu_quantize_act(B == 256 ? TD_CPU_ACT_Q8_K : TD_CPU_ACT_Q8_0, x + t * n, n, q + t * n,
+                                            d + t * ns, d16 + 2 * t * ns, d32 + t * ns, NULL);
+                    float *bias = malloc((size_t)rows * sizeof *bias), *y = malloc((size_t)(T * rows) * sizeof *y);
+                    for (int64_t r = 0; r < rows; r++) bias[r] = (float)urnd();
+                    for (int with_bias = 0; with_bias < 2; with_bias++) {
+                        const td_cpu_xq8 xq = {q, d, d16, d32};
+                        op->gemm_q8(P, G, &xq, n, T, y, rows, with_bias ? bias : NULL);
+                        for (int64_t t = 0; t < T; t++)
+                            for (int64_t r = 0; r < rows; r++) {
+                                const td_cpu_xq8 xt = {q + t * n, d + t * ns, d16 + 2 * t * ns, d32 + t * ns};
+                                const float want = c.type[type].dot_q8(W + (size_t)r * bytes, &xt, n) +
+                                                   (with_bias ? bias[r] : 0.0f);
+                                const float got = y[t * rows + r];
+                                uint32_t bw, bg;
+                                memcpy(&bw, &want, 4), memcpy(&bg, &got, 4);
+                                if (bw != bg)
+                                    cr_assert_fail("%s gemm_q8_%s n = %lld T = %lld, row %lld token %lld%s: got %.9g "
+                                                   "(0x%08x), c dot_q8 gives %.9g (0x%08x)",
+                                                   td_cpu_isa_name(k.isa), td_type_name(type), (long long)n,
+                                                   (long long)T, (long long)r, (long long)t,
+                                                   with_bias ? " (bias)" : "", (double)got, bg, (double)want, bw);
+                                compared++;
+                            }
+                    }
+                    free(W), free(P), free(x), free(d), free(d16), free(d32), free(q), free(bias), free(y);
+                }
+        }
+    }
+    if (!compared) cr_skip_test("no packed act-q8 kernel at any level this CPU runs");
+}
