@@ -33,6 +33,8 @@ $td run --model $m --backend ref --tokens 1,15 --steps 1 --taps fingerprint --ou
   $td run --model $m --backend ref32 --tokens 1,15 --steps 2 --taps 'inp.*,out.logits,blk.0.moe_*,hist.*' \
     --out $c/tapfile/some.h5 >/dev/null &&
   $td golden --model $m --tokens 1,15 --steps 1 --logits-only --out $c/tapfile/golden.h5 >/dev/null || exit 1
+# Inputs that once were findings start every run.
+cp fuzz/regress/tapfile/* $c/tapfile/
 status=0
 for t in fuzz_tapfile fuzz_gguf; do
   log=$b/findings/$t.log
