@@ -35,7 +35,7 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     // child has spent this much CPU time; the shipped 30 s would outlast
     // libFuzzer's -timeout on a busy machine and report the contract's own
     // refusal as a hang (fuzz/regress/tapfile/).
-    setenv("TD_TAPFILE_CHECK_SECONDS", "3", 0);
+    setenv("TD_TAPFILE_CHECK_SECONDS", "1", 0);
     snprintf(path, sizeof path, "/tmp/td_fuzz_tap_%d.h5", (int)getpid());
     return 0;
 }
