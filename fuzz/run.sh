@@ -4,7 +4,8 @@
 # target for SECONDS (default 25; CI uses the default, a long run e.g. 3600).
 # Exit status: 0 no finding, 1 a finding (crash, sanitizer report, leak or
 # timeout: libFuzzer's artifact is left in build-fuzz/findings/), 77 clang or
-# libFuzzer not available.
+# libFuzzer not available. crash-* files without a non-zero exit come from
+# fuzz_tapfile's forked checker: its crash on a hostile file is the refusal.
 # usage: fuzz/run.sh [SECONDS] [JOBS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
