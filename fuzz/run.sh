@@ -4,7 +4,8 @@
 # target for SECONDS (default 25; CI uses the default, a long run e.g. 3600).
 # Exit status: 0 no finding, 1 a finding (crash, sanitizer report, leak or
 # timeout: libFuzzer's artifact is left in build-fuzz/findings/), 77 clang or
-# libFuzzer not available.
+# libFuzzer not available. crash-* files without a non-zero exit come from
+# fuzz_tapfile's forked checker: its crash on a hostile file is the refusal.
 # usage: fuzz/run.sh [SECONDS] [JOBS]
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -33,6 +34,8 @@ $td run --model $m --backend ref --tokens 1,15 --steps 1 --taps fingerprint --ou
   $td run --model $m --backend ref32 --tokens 1,15 --steps 2 --taps 'inp.*,out.logits,blk.0.moe_*,hist.*' \
     --out $c/tapfile/some.h5 >/dev/null &&
   $td golden --model $m --tokens 1,15 --steps 1 --logits-only --out $c/tapfile/golden.h5 >/dev/null || exit 1
+# Inputs that once were findings start every run.
+cp fuzz/regress/tapfile/* $c/tapfile/
 status=0
 for t in fuzz_tapfile fuzz_gguf; do
   log=$b/findings/$t.log

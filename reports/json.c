@@ -60,6 +60,8 @@
  */
 #include <cjson/cJSON.h>
 #include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
 #include "report_internal.h"
@@ -175,7 +177,22 @@ static cJSON *tap_json(const td_cmp_result *r, const td_cmp_tap *t) {
     return o;
 }
 
-char *td_report_json(const td_cmp_result *r) {
+/* The row of one tap in "taps". */
+static cJSON *tap_row_json(const td_cmp_tap *t) {
+    cJSON *o = cJSON_CreateObject();
+    cJSON_AddNumberToObject(o, "step", (double)t->step);
+    cJSON_AddStringToObject(o, "name", t->name);
+    cJSON_AddStringToObject(o, "method", td_cmp_method_name(t->method));
+    num(o, "err", t->err);
+    num(o, "err_ctrl", t->err_ctrl);
+    num(o, "budget", t->budget);
+    num(o, "ratio", t->ratio);
+    cJSON_AddStringToObject(o, "fail", td_cmp_fail_name(t->fail));
+    return o;
+}
+
+/* The document without its rows: "taps" is an empty array the writer fills. */
+static cJSON *doc_json(const td_cmp_result *r) {
     cJSON *root = cJSON_CreateObject();
     cJSON_AddStringToObject(root, "format", "tapdiff-compare");
     cJSON_AddNumberToObject(root, "version", 1);
@@ -254,26 +271,64 @@ char *td_report_json(const td_cmp_result *r) {
         num(d, "ratio", r->dvp[i].ratio);
         cJSON_AddItemToArray(dv, d);
     }
-    cJSON *all = cJSON_AddArrayToObject(root, "taps");
-    for (int64_t i = 0; i < r->n_taps; i++) {
-        const td_cmp_tap *t = td_cmp_tap_at(r, i);
-        cJSON *o = cJSON_CreateObject();
-        cJSON_AddNumberToObject(o, "step", (double)t->step);
-        cJSON_AddStringToObject(o, "name", t->name);
-        cJSON_AddStringToObject(o, "method", td_cmp_method_name(t->method));
-        num(o, "err", t->err);
-        num(o, "err_ctrl", t->err_ctrl);
-        num(o, "budget", t->budget);
-        num(o, "ratio", t->ratio);
-        cJSON_AddStringToObject(o, "fail", td_cmp_fail_name(t->fail));
-        cJSON_AddItemToArray(all, o);
-    }
+    cJSON_AddArrayToObject(root, "taps");
     cJSON *notes = cJSON_AddArrayToObject(root, "notes");
     for (int i = 0; i < r->n_notes; i++) cJSON_AddItemToArray(notes, cJSON_CreateString(r->notes[i]));
 
+    return root;
+}
+
+// Write errors are left in the stream: the caller checks ferror(f).
+static void put(FILE *f, const char *s, size_t n) { fwrite(s, 1, n, f); }
+
+/* A document of a long comparison has one row per compared tap (hundreds of
+ * thousands): the rows are printed one at a time between the two halves of
+ * the printed document, so memory holds one row, and the bytes are those
+ * cJSON_Print gives for the whole tree (a row printed alone is indented from
+ * column 0; inside "taps" its lines sit two tabs deeper; rows are separated
+ * by ", "). */
+void td_report_json_write(FILE *f, const td_cmp_result *r) {
+    cJSON *root = doc_json(r);
     char *text = cJSON_Print(root);
     cJSON_Delete(root);
     TD_ASSERT(text != NULL);
-    // cJSON allocates with malloc: callers free() it like any td_xmalloc'd string.
+    // Keys of the top-level object are the only lines that start with one tab
+    // and a quote: strings cannot hold a raw newline.
+    static const char mark[] = "\n\t\"taps\":\t[";
+    const char *at = strstr(text, mark);
+    TD_ASSERT(at != NULL && at[sizeof mark - 1] == ']');
+    size_t head = (size_t)(at - text) + sizeof mark - 1;
+    put(f, text, head);
+    for (int64_t i = 0; i < r->n_taps; i++) {
+        cJSON *o = tap_row_json(td_cmp_tap_at(r, i));
+        char *row = cJSON_Print(o);
+        cJSON_Delete(o);
+        TD_ASSERT(row != NULL);
+        for (const char *p = row; *p;) {
+            const char *nl = strchr(p, '\n');
+            if (!nl) {
+                put(f, p, strlen(p));
+                break;
+            }
+            put(f, p, (size_t)(nl - p) + 1);
+            put(f, "\t\t", 2);
+            p = nl + 1;
+        }
+        free(row);
+        if (i + 1 < r->n_taps) put(f, ", ", 2);
+    }
+    put(f, text + head, strlen(text + head));
+    free(text);
+}
+
+char *td_report_json(const td_cmp_result *r) {
+    char *text = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&text, &len);
+    TD_ASSERT(f != NULL);
+    td_report_json_write(f, r);
+    int bad = ferror(f), closed = fclose(f);
+    TD_ASSERT(!bad && closed == 0 && text != NULL);
+    // open_memstream allocates with malloc: callers free() it like any td_xmalloc'd string.
     return text;
 }

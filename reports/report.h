@@ -27,6 +27,10 @@ void td_report_markdown(FILE *f, const td_cmp_result *r);
 /* The JSON document (format "tapdiff-compare", version 1), printed with
  * indentation; caller frees. */
 char *td_report_json(const td_cmp_result *r);
+/* The same bytes written to f as they are made, one tap row at a time
+ * (memory does not grow with the number of compared taps); write errors are
+ * left in ferror(f). */
+void td_report_json_write(FILE *f, const td_cmp_result *r);
 void td_report_html(FILE *f, const td_cmp_result *r);
 /* Creates dir (and missing parents) and writes report.md, report.json and
  * report.html into it. TD_EINPUT with the path when it cannot. */

@@ -226,10 +226,8 @@ int td_report_write_dir(const char *dir, const td_cmp_result *r, td_err *err) {
         }
         if (i == 0) td_report_markdown(f, r);
         if (i == 1) {
-            char *js = td_report_json(r);
-            fputs(js, f);
+            td_report_json_write(f, r);
             fputc('\n', f);
-            free(js);
         }
         if (i == 2) td_report_html(f, r);
         int bad = ferror(f);

@@ -112,10 +112,8 @@ int td_cmd_compare(int argc, char **argv) {
     int st = td_compare(pos[0], pos[1], &o, &r, &err);
     if (st) return td_cli_fail("compare", st, &err);
     if (json) {
-        char *js = td_report_json(r);
-        fputs(js, stdout);
+        td_report_json_write(stdout, r);
         fputc('\n', stdout);
-        free(js);
     } else {
         td_report_text(stdout, r);
     }

@@ -8,11 +8,17 @@ shapes, NaN/Inf, reordered / duplicated / missing steps, golden calibrations
 out of range) and runs the reading verbs on each:
   tap-file mutants: compare M SEED, audit M, run --decode pinned:M (a share)
   golden mutants:   gate --golden M, compare M SEED
+  fuzz/regress/tapfile/* (past fuzzing findings): all four verbs
 Verdict (the exit status): every run ends with a documented exit code
 (0, 1, 3; gate also 125), none dies by a signal, none runs past the hang
 limit, and no sanitizer report appears on stderr.
 
-usage: mutate_taps.py TAPDIFF [N_MUTANTS] [JOBS]
+usage: mutate_taps.py TAPDIFF [N_MUTANTS] [JOBS] [STRIDE]
+
+Mutant i is made from its own seed (TD_MUTATE_SEED, i), so STRIDE k runs
+mutants 0, k, 2k, ... of the N: the same files the full run makes, a
+deterministic subset of every mutation kind (the sanitizer build runs one
+third: meson.build).
 """
 import os
 import random
@@ -239,7 +245,8 @@ def main():
     td = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 1000
     jobs_n = int(sys.argv[3]) if len(sys.argv) > 3 else 2
-    rng = random.Random(int(os.environ.get("TD_MUTATE_SEED", "17")))
+    stride = int(sys.argv[4]) if len(sys.argv) > 4 else 1
+    seed0 = int(os.environ.get("TD_MUTATE_SEED", "17"))
     # A file that makes the HDF5 library loop ends the reader's checker after
     # this many CPU seconds (exit 3); honest mutants need well under one.
     os.environ.setdefault("TD_TAPFILE_CHECK_SECONDS", "5")
@@ -249,7 +256,10 @@ def main():
         ref, ref32, golden = (os.path.join(d, x) for x in ("ref.h5", "ref32.h5", "golden.h5"))
         jobs, kinds = [], {}
         n_golden = n // 4
-        for i in range(n):
+        made = 0
+        for i in range(0, n, stride):
+            made += 1
+            rng = random.Random(seed0 * 1000003 + i)
             is_golden = i < n_golden
             fn = choose(rng, GOLDEN_MUTATORS if is_golden else TAP_MUTATORS)
             m = os.path.join(d, "m%05d.h5" % i)
@@ -269,6 +279,16 @@ def main():
                 if i % 4 == 0:
                     jobs.append(("pinned", [td, "run", "--model", model, "--backend", "ref32", "--tokens", TOKENS,
                                             "--steps", STEPS, "--decode", "pinned:" + m, "--taps", "none"]))
+        # Files that once were findings (fuzz/regress/tapfile/), every verb.
+        regress = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "..", "fuzz", "regress", "tapfile")
+        for r in sorted(os.listdir(regress)) if os.path.isdir(regress) else []:
+            m = os.path.join(regress, r)
+            jobs.append(("compare", [td, "compare", m, ref32]))
+            jobs.append(("audit", [td, "audit", m]))
+            jobs.append(("gate", [td, "gate", "--golden", m, "--backend", "ref32", "--model", model]))
+            jobs.append(("pinned", [td, "run", "--model", model, "--backend", "ref32", "--tokens", TOKENS,
+                                    "--steps", STEPS, "--decode", "pinned:" + m, "--taps", "none"]))
+            kinds["regress"] = kinds.get("regress", 0) + 1
         bad, codes = [], {}
         with ThreadPoolExecutor(max_workers=jobs_n) as ex:
             for verb, argv, problem, detail in ex.map(run_one, jobs):
@@ -276,7 +296,7 @@ def main():
                     bad.append((verb, argv, problem, detail))
                 else:
                     codes[(verb, detail)] = codes.get((verb, detail), 0) + 1
-        print("mutate_taps: %d mutants (%s), %d runs" % (n, ", ".join("%s %d" % kv for kv in sorted(kinds.items())),
+        print("mutate_taps: %d of %d mutants (%s), %d runs" % (made, n, ", ".join("%s %d" % kv for kv in sorted(kinds.items())),
                                                          len(jobs)))
         print("exit codes: " + ", ".join("%s=%d: %d" % (v, c, k) for (v, c), k in sorted(codes.items())))
         for verb, argv, problem, detail in bad[:20]:

@@ -122,6 +122,38 @@ Test(report, json_round_trips_the_verdict) {
     td_cmp_result_free(r);
 }
 
+/* compare --json writes the document one tap row at a time: its bytes must
+ * be what cJSON prints for the parsed document (an independent printer of
+ * the same tree), with many rows, one row and none. */
+static void assert_cjson_prints(const td_cmp_result *r) {
+    char *js = td_report_json(r);
+    cJSON *j = cJSON_Parse(js);
+    cr_assert_not_null(j, "report.json does not parse");
+    cr_assert_eq(cJSON_GetArraySize(cJSON_GetObjectItem(j, "taps")), (int)r->n_taps);
+    char *again = cJSON_Print(j);
+    cr_assert_str_eq(js, again);
+    free(again);
+    cJSON_Delete(j);
+    free(js);
+}
+
+Test(report, json_stream_is_what_cjson_prints) {
+    td_cmp_result *r = divergent("bad.h5");
+    cr_assert_gt(r->n_taps, 10);
+    assert_cjson_prints(r);
+    td_cmp_result_free(r);
+    td_cmp_options o = td_cmp_options_default();
+    const char *filters[] = {"blk.1.ffn_up", "no.such.tap"};
+    for (int i = 0; i < 2; i++) {
+        o.filter = filters[i];
+        cr_assert_eq(td_compare(P("ref.h5"), P("bad.h5"), &o, &r, &(td_err){{0}}), TD_OK);
+        if (i) cr_assert_eq(r->n_taps, 0);
+        else cr_assert_gt(r->n_taps, 0);
+        assert_cjson_prints(r);
+        td_cmp_result_free(r);
+    }
+}
+
 Test(report, json_encodes_non_finite_values) {
     // a tap created from an exact input: growth +inf; no control: err_ctrl null
     double a[4] = {1, 2, 3, 4}, b[4] = {1, 2, 3, 4.5};
