@@ -27,6 +27,7 @@ enum {
     TD_ARCH_T_PARTIAL_ROPE = 1u << 5,/* rope.dimension_count R may be < D (dims R..D-1 pass unrotated) */
     TD_ARCH_T_SHARED_EXPERT = 1u << 6,/* every MoE has a sigmoid-gated shared expert (ffn_*_shexp) */
     TD_ARCH_T_ATTN_GATE = 1u << 7,   /* attn_q holds [q; gate] per head; output = ctx * sigmoid(gate) */
+    TD_ARCH_T_HC = 1u << 8,          /* hyper-connections: no output_norm, the final norm is an HC mixer */
 };
 
 typedef struct td_binder td_binder;

@@ -32,6 +32,7 @@ const char *td_rope_type_name(td_rope_type r) {
     switch (r) {
     case TD_ROPE_NORM: return "NORM";
     case TD_ROPE_NEOX: return "NEOX";
+    case TD_ROPE_IMROPE: return "IMROPE";
     }
     return "unknown";
 }
@@ -446,7 +447,7 @@ static int bind_all(td_model *m, td_err *err) {
 
     const uint64_t E = hp->n_embd, V = hp->n_vocab;
     TRY(td_bind_tensor(&b, "token_embd.weight", REQ, 2, E, V, 0, &m->tok_embd));
-    TRY(td_bind_tensor(&b, "output_norm.weight", REQ, 1, E, 0, 0, &m->output_norm));
+    if (!(ad->traits & TD_ARCH_T_HC)) TRY(td_bind_tensor(&b, "output_norm.weight", REQ, 1, E, 0, 0, &m->output_norm));
     TRY(td_bind_tensor(&b, "output.weight", OPT, 2, E, V, 0, &m->output));
     if (!m->output) {
         m->output = m->tok_embd;

@@ -18,11 +18,13 @@ typedef enum td_arch {
     TD_ARCH_QWEN3 = 1,
     TD_ARCH_QWEN3MOE = 2,
     TD_ARCH_QWEN3NEXT = 3,
+    TD_ARCH_QWEN4EXP = 4,
 } td_arch;
 
 typedef enum td_rope_type {
     TD_ROPE_NORM = 0, /* adjacent pairs (x[2i], x[2i+1]) */
     TD_ROPE_NEOX = 2, /* (x[i], x[i+R/2]) */
+    TD_ROPE_IMROPE = 40, /* NEOX pairing, each pair's angle from one of 4 position components (primitives §2.2) */
 } td_rope_type;
 
 typedef enum td_rope_scaling {
@@ -63,6 +65,26 @@ typedef struct td_hparams {
     uint32_t ssm_dt_rank;   /* H_v: GDN value heads */
     uint32_t ssm_d_inner;   /* H_v * d_v */
     uint64_t recurrent[4];  /* bit il: trunk layer il is a GDN layer (at most 256 trunk layers) */
+    /* qwen4exp (arch-qwen4exp.md §1.3-§1.5); 0 elsewhere */
+    uint32_t rope_sections[4]; /* IMROPE [s0, s1, s2, s3] */
+    uint32_t hc;               /* residual streams (> 1) */
+    uint32_t hc_lr;            /* rank of the HC mixer's gate MLP */
+    uint32_t idx_heads;        /* H_i indexer query heads */
+    uint32_t idx_dim;          /* d_i indexer head dim */
+    uint32_t idx_topk;         /* B token budget */
+    uint32_t qsa_ratio[256];   /* r_N per trunk layer: QSA block size, 0 = dense attention */
+    int32_t ple_layer;         /* the PLE layer, -1 = none */
+    uint32_t ple_ngram;        /* n_g in [2, 8] */
+    uint32_t ple_heads_per_ngram; /* h_g */
+    uint32_t ple_n_heads;      /* n_p = (n_g - 1) h_g <= 64 */
+    uint32_t ple_conv;         /* K_p conv taps (dilation n_g) */
+    uint32_t ple_eos;          /* cuts the n-gram history */
+    uint32_t ple_image;        /* hashed at embedding-input positions (= ple_eos when absent or 0) */
+    uint32_t ple_dim;          /* d_p, one PLE table row; n_p * d_p = E */
+    uint64_t ple_mult[8];      /* M_0..M_{n_g-1}, products wrap mod 2^64 */
+    uint64_t ple_off[64];      /* O_h row offset of head h */
+    uint64_t ple_vsz[64];      /* V_h modulus of head h */
+    uint64_t ple_rows;         /* max_h (O_h + V_h): rows the table must have */
 } td_hparams;
 
 /* What a block computes before its FFN. Each kind has its own parts in
@@ -71,6 +93,10 @@ typedef struct td_hparams {
 typedef enum td_layer_kind {
     TD_LAYER_ATTENTION = 0, /* softmax self-attention over a KV cache */
     TD_LAYER_GDN = 1,       /* Gated DeltaNet: causal conv + delta-rule recurrent state (qwen3next) */
+    /* qwen4exp: blocks inside hyper-connections (several residual streams);
+     * their own kinds so that a forward without HC refuses them at open */
+    TD_LAYER_HC_GDN = 2,    /* GDN with separate beta/alpha, tiled value heads, sigmoid output gate */
+    TD_LAYER_HC_QSA = 3,    /* gated attention over the positions a QSA indexer selects (dense when r_N = 0) */
     TD_LAYER_KIND_COUNT
 } td_layer_kind;
 
@@ -99,7 +125,30 @@ typedef struct td_gdn_parts {
     const td_tensor *a;        /* ssm_a {H_v} = -exp(A_log) */
     const td_tensor *ssm_norm; /* {d_v}: gated RMSNorm weight, shared by the heads */
     const td_tensor *wout;     /* ssm_out {H_v*d_v, E} */
+    const td_tensor *wbeta, *walpha; /* qwen4exp: ssm_beta, ssm_alpha {E, H_v} (tiled order; wba and norm NULL) */
 } td_gdn_parts;
+
+/* A hyper-connection mixer (arch-qwen4exp.md §4.1): gammas {E, hc} (stored
+ * {E, hc} or flat {hc*E}, stream-major), down {hc*E, hc_lr}, up {hc_lr,
+ * hc*E}, inject {hc*E, hc} (NULL for the final mixer). */
+typedef struct td_hc_parts {
+    const td_tensor *norm, *down, *up, *inject;
+} td_hc_parts;
+
+/* The QSA indexer of a qwen4exp attention layer (§3.3). */
+typedef struct td_qsa_parts {
+    const td_tensor *wq;     /* indexer.q_proj {E, H_i*d_i} */
+    const td_tensor *wk;     /* indexer.k_proj {E, d_i}: one key head */
+    const td_tensor *q_norm, *k_norm; /* {d_i} */
+} td_qsa_parts;
+
+/* The PLE block of the one PLE layer (§3.5). */
+typedef struct td_ple_parts {
+    const td_tensor *key;    /* ple_key {E, hc*E} */
+    const td_tensor *value;  /* ple_value {E, E} */
+    const td_tensor *norm_key, *norm_query, *norm_conv; /* {E, hc} */
+    const td_tensor *conv;   /* ple_conv1d {K_p, hc*E} */
+} td_ple_parts;
 
 /* The FFN after the mixer: dense SwiGLU, or a softmax-routed MoE when the
  * router (gate_inp) is bound. */
@@ -122,6 +171,12 @@ typedef struct td_layer {
     td_attn_parts attn; /* kind TD_LAYER_ATTENTION */
     td_gdn_parts gdn;   /* kind TD_LAYER_GDN */
     td_ffn_parts ffn;
+    /* qwen4exp (kinds TD_LAYER_HC_*): attn holds the gated attention of an
+     * HC_QSA block, gdn the mixer of an HC_GDN block; ffn.norm is NULL (the
+     * HC mixer normalises) */
+    td_hc_parts hc_attn, hc_ffn;
+    td_qsa_parts qsa;   /* HC_QSA */
+    td_ple_parts ple;   /* the PLE layer only */
 } td_layer;
 
 typedef enum td_vocab_kind {
@@ -146,11 +201,13 @@ typedef struct td_model {
     td_gguf *gguf;
     td_hparams hp;
     const td_tensor *tok_embd;    /* {E, V} */
-    const td_tensor *output_norm; /* {E} */
+    const td_tensor *output_norm; /* {E}; NULL for qwen4exp (its final norm is the HC mixer hc_out) */
     const td_tensor *output;      /* {E, V}; == tok_embd when tied */
     int output_tied;
     const td_tensor *rope_freqs;  /* optional {R/2} (llama) */
     td_layer *layers;             /* n_layer entries */
+    td_hc_parts hc_out;           /* qwen4exp: output_hc_{norm,down,up} */
+    const td_tensor *ple_table;   /* qwen4exp: per_layer_token_embd {d_p, >= ple_rows} */
     td_vocab vocab;
 } td_model;
 

@@ -82,6 +82,32 @@ void td_ref_l2norm_f64(double *x, int64_t n, double eps);
 void td_ref_gdn_step_f64(double *S, double *o, const double *q, const double *k, const double *v, double gamma,
                          double beta, int64_t dk);
 
+/* qwen4exp (arch-qwen4exp.md §4). IMROPE: NEOX pairing, pair i's angle from
+ * position component td_ref_imrope_component(i) of pos4; no YaRN. */
+void td_ref_rope_imrope_f64(double *x, const int64_t *pos4, const td_ref_rope *c, const uint32_t *sections,
+                            int64_t n_heads);
+/* HC mixer of one token (§4.1): Rs (hc, E) streams, gamma (hc, E), Wdn (lr,
+ * hc*E), Wup (hc*E, lr), Winj (hc, hc*E) or NULL (row-major: row o = output
+ * o). mixed (E); inj (hc) when Winj; scratch: flat (hc*E), lam (lr), gam
+ * (hc*E). */
+void td_ref_hc_mix_f64(double *mixed, double *inj, double *flat, double *lam, double *gam, const double *Rs,
+                       const double *gamma, const double *Wdn, const double *Wup, const double *Winj, int64_t hc,
+                       int64_t E, int64_t lr, double eps);
+/* HC combine (§4.1): Rs[c] += 2 sigmoid(inj[c] / hc) y for every stream c. */
+void td_ref_hc_combine_f64(double *Rs, const double *y, const double *inj, int64_t hc, int64_t E);
+/* QSA block score (§4.5 step 5): sum over the H_i heads of max(0, q_i . kb);
+ * q (H_i, d_i) rotated and normed queries, kb (d_i) the block's key. */
+double td_ref_qsa_block_score_f64(const double *q, const double *kb, int64_t H_i, int64_t d_i);
+/* QSA selection for the query at position p (§4.5 steps 6-8) with blocks of
+ * r positions, budget W = B + r - 1 and score[b] for the complete blocks b <
+ * floor((p+1)/r): every position when p + 1 <= W; else the tail
+ * floor((p+1)/r)*r..p, then the complete blocks by descending score until W
+ * positions are used. tapdiff's order where llama.cpp's is unspecified
+ * (§7.1): among EQUAL block scores the lower block first; a block cut by the
+ * budget keeps its LOWEST positions. sel: the selected positions, ascending;
+ * returns their count, min(p + 1, W). */
+int64_t td_ref_qsa_select_f64(int64_t *sel, const double *score, int64_t p, int64_t r, int64_t W);
+
 /* ---- f32 primitives (ref32): the same code computing in float ---------- */
 
 void td_ref_rmsnorm_f32(float *out, const float *x, const float *w, float eps, int64_t n);
@@ -94,6 +120,32 @@ void td_ref_moe_route_f32(int32_t *topk, float *weights, const float *probs, int
 void td_ref_l2norm_f32(float *x, int64_t n, float eps);
 void td_ref_gdn_step_f32(float *S, float *o, const float *q, const float *k, const float *v, float gamma, float beta,
                          int64_t dk);
+void td_ref_rope_imrope_f32(float *x, const int64_t *pos4, const td_ref_rope *c, const uint32_t *sections,
+                            int64_t n_heads);
+void td_ref_hc_mix_f32(float *mixed, float *inj, float *flat, float *lam, float *gam, const float *Rs,
+                       const float *gamma, const float *Wdn, const float *Wup, const float *Winj, int64_t hc,
+                       int64_t E, int64_t lr, float eps);
+void td_ref_hc_combine_f32(float *Rs, const float *y, const float *inj, int64_t hc, int64_t E);
+float td_ref_qsa_block_score_f32(const float *q, const float *kb, int64_t H_i, int64_t d_i);
+int64_t td_ref_qsa_select_f32(int64_t *sel, const float *score, int64_t p, int64_t r, int64_t W);
+
+/* ---- qwen4exp primitives (arch-qwen4exp.md §4): integer parts ---------- */
+
+/* PLE n-gram context of position p (§4.6): ctx[0] = tok[p] (image_id when
+ * tok[p] < 0, an embedding input); for s = 1..n_g-1, ctx[s] = tok[p-s] until
+ * a predecessor is missing (p-s < 0, or tok[p-s] < 0) or equals eos, and eos
+ * from there on (an EOS at p itself does not cut). tok: ids of positions
+ * 0..p of the sequence. */
+void td_ref_ple_context(int64_t *ctx, const int32_t *tok, int64_t p, uint32_t n_g, int64_t eos, int64_t image_id);
+/* PLE table rows of one position (§4.6): for n = 2..n_g, X_n = XOR_{i<n}
+ * (ctx[i] * mult[i]) in unsigned 64-bit arithmetic (products wrap mod 2^64);
+ * head h = (n-2)*h_g + j takes row (X_n mod vsz[h]) + off[h]. rows:
+ * (n_g-1)*h_g entries, head-major. */
+void td_ref_ple_rows(int64_t *rows, const int64_t *ctx, uint32_t n_g, uint32_t h_g, const uint64_t *mult,
+                     const uint64_t *off, const uint64_t *vsz);
+/* Which position component rotates pair i under IMROPE (primitives §2.2):
+ * 0 = p_t, 1 = p_h, 2 = p_w, 3 = p_e. sections: [s0, s1, s2, s3], sum > 0. */
+int td_ref_imrope_component(int64_t i, const uint32_t *sections);
 
 #ifdef __cplusplus
 }

@@ -661,6 +661,98 @@ void FN(gdn_step)(real *S, real *o, const real *q, const real *k, const real *v,
     }
 }
 
+/* ===================================================================== */
+/* qwen4exp primitives (arch-qwen4exp.md §4)                              */
+/* ===================================================================== */
+
+void FN(rope_imrope)(real *x, const int64_t *pos4, const td_ref_rope *c, const uint32_t *sections, int64_t n_heads) {
+    // NEOX pairing (x[i], x[i+R/2]); only the position component of each pair differs from plain NEOX
+    TD_ASSERT(c->scaling != TD_ROPE_SCALING_YARN);
+    const int64_t D = c->D, R = c->R, half = c->R / 2;
+    const real freq_scale = c->scaling == TD_ROPE_SCALING_NONE ? 1 : (real)c->freq_scale;
+    const real m = (real)c->attn_factor;
+    for (int64_t i = 0; i < half; i++) {
+        const real omega = R_POW((real)c->base, -(real)(2 * i) / (real)R);
+        const real theta = freq_scale * ((real)pos4[td_ref_imrope_component(i, sections)] * omega);
+        const real cs = R_COS(theta), sn = R_SIN(theta);
+        for (int64_t h = 0; h < n_heads; h++) {
+            real *xh = x + h * D;
+            const real u = xh[i], v = xh[i + half];
+            xh[i] = m * (u * cs - v * sn);
+            xh[i + half] = m * (u * sn + v * cs);
+        }
+    }
+}
+
+void FN(hc_mix)(real *mixed, real *inj, real *flat, real *lam, real *gam, const real *Rs, const real *gamma,
+                const real *Wdn, const real *Wup, const real *Winj, int64_t hc, int64_t E, int64_t lr, real eps) {
+    const int64_t hcd = hc * E;
+    // each stream normed on its own with its own gamma slice; flat is stream-major
+    for (int64_t c = 0; c < hc; c++) FN(rmsnorm)(flat + c * E, Rs + c * E, gamma + c * E, eps, E);
+    for (int64_t o = 0; o < lr; o++) {
+        const real z = dot(Wdn + o * hcd, flat, hcd) / (real)hc;
+        lam[o] = z / (1 + R_EXP(-z));
+    }
+    for (int64_t o = 0; o < hcd; o++) gam[o] = dot(Wup + o * lr, lam, lr);
+    for (int64_t e = 0; e < E; e++) {
+        real acc = 0;
+        for (int64_t c = 0; c < hc; c++) acc += flat[c * E + e] / (1 + R_EXP(-gam[c * E + e]));
+        mixed[e] = acc / (real)hc; // the mean over the streams
+    }
+    if (inj && Winj)
+        for (int64_t c = 0; c < hc; c++) inj[c] = dot(Winj + c * hcd, flat, hcd);
+}
+
+void FN(hc_combine)(real *Rs, const real *y, const real *inj, int64_t hc, int64_t E) {
+    for (int64_t c = 0; c < hc; c++) {
+        // 2 sigmoid(0) = 1: a zero injection is a plain residual add
+        const real w = 2 / (1 + R_EXP(-inj[c] / (real)hc));
+        for (int64_t e = 0; e < E; e++) Rs[c * E + e] += w * y[e];
+    }
+}
+
+real FN(qsa_block_score)(const real *q, const real *kb, int64_t H_i, int64_t d_i) {
+    real s = 0;
+    for (int64_t i = 0; i < H_i; i++) {
+        const real d = dot(q + i * d_i, kb, d_i);
+        s += d > 0 ? d : 0; // ReLU per head, then the sum: no scale, no head weights (§7.3)
+    }
+    return s;
+}
+
+int64_t FN(qsa_select)(int64_t *sel, const real *score, int64_t p, int64_t r, int64_t W) {
+    TD_ASSERT(p >= 0 && r > 0 && W > 0);
+    int64_t n = 0;
+    if (p + 1 <= W) {
+        for (int64_t s = 0; s <= p; s++) sel[n++] = s;
+        return n;
+    }
+    const int64_t Tt = (p + 1) / r * r, nb = Tt / r;
+    // the complete blocks by descending score; a stable pass keeps the lower block first among equal scores
+    int64_t left = W - (p + 1 - Tt);
+    unsigned char *taken = calloc((size_t)(nb > 0 ? nb : 1), 1);
+    TD_ASSERT(taken);
+    while (left > 0) {
+        int64_t best = -1;
+        for (int64_t b = 0; b < nb; b++)
+            if (!taken[b] && (best < 0 || score[b] > score[best])) best = b;
+        if (best < 0) break;
+        taken[best] = 1;
+        // a block cut by the budget keeps its lowest positions
+        for (int64_t j = 0; j < r && left > 0; j++, left--) sel[n++] = best * r + j;
+    }
+    free(taken);
+    for (int64_t s = Tt; s <= p; s++) sel[n++] = s; // the tail: always selected
+    // ascending, so the selection compares as a set
+    for (int64_t i = 1; i < n; i++)
+        for (int64_t j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
+            const int64_t t = sel[j];
+            sel[j] = sel[j - 1];
+            sel[j - 1] = t;
+        }
+    return n;
+}
+
 static real softplus(real z) {
     return z > 20 ? z : R_LOG(1 + R_EXP(z)); // llama.cpp's threshold: beyond it ln(1+e^z) = z in f32
 }
@@ -835,6 +927,8 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     switch (L->kind) {
     case TD_LAYER_ATTENTION: rc = attention_block(r, l, T, sink, err); break;
     case TD_LAYER_GDN: rc = gdn_block(r, l, T, sink, err); break;
+    case TD_LAYER_HC_GDN: // qwen4exp: refused at open (layer_kinds)
+    case TD_LAYER_HC_QSA:
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     if (rc) return rc;

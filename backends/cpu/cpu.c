@@ -943,6 +943,8 @@ static void layer_forward(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap
     switch (L->kind) {
     case TD_LAYER_ATTENTION: attention_block(b, l, T, pos0, sink); break;
     case TD_LAYER_GDN: gdn_block(b, l, T, sink); break;
+    case TD_LAYER_HC_GDN: // qwen4exp: refused at open (layer_kinds)
+    case TD_LAYER_HC_QSA:
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     if (b->fault == TD_FAULT_RESIDUAL_SKIP &&

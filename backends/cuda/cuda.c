@@ -315,6 +315,8 @@ static void layer_forward(cuda_backend *b, int l, int64_t T, int64_t pos0, td_ta
     switch (L->kind) {
     case TD_LAYER_ATTENTION: attention_block(b, l, T, pos0, sink); break;
     case TD_LAYER_GDN: // qwen3next: refused at open (layer_kinds)
+    case TD_LAYER_HC_GDN: // qwen4exp: likewise
+    case TD_LAYER_HC_QSA:
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     td_cuda_add(b->x, b->proj, T * E);

@@ -404,6 +404,12 @@ static const node_rule rules_qwen3next[] = {
     {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
 };
 
+/* qwen4exp: the logits only, until its node rules are written (arch-qwen4exp.md §6): its stream stacks
+ * ({E, hc, T}) and renamed nodes would misfire under the other tables' rules */
+static const node_rule rules_qwen4exp[] = {
+    {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
+};
+
 /* qwen3next nodes read beyond a plain [T, W] copy */
 typedef enum lc_special {
     SP_NONE = 0,
@@ -727,8 +733,11 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     const int layer = split_layer(t->name, base);
     const node_rule *hit = NULL;
     const int q3n = o->hp->arch == TD_ARCH_QWEN3NEXT;
-    const node_rule *tab = q3n ? rules_qwen3next : rules;
-    const size_t n_tab = q3n ? sizeof rules_qwen3next / sizeof rules_qwen3next[0] : sizeof rules / sizeof rules[0];
+    const int q4x = o->hp->arch == TD_ARCH_QWEN4EXP;
+    const node_rule *tab = q3n ? rules_qwen3next : q4x ? rules_qwen4exp : rules;
+    const size_t n_tab = q3n   ? sizeof rules_qwen3next / sizeof rules_qwen3next[0]
+                         : q4x ? sizeof rules_qwen4exp / sizeof rules_qwen4exp[0]
+                               : sizeof rules / sizeof rules[0];
     for (size_t i = 0; i < n_tab && !hit; i++) {
         const node_rule *r = &tab[i];
         if ((r->layered != 0) != (layer >= 0) || strcmp(r->node, base)) continue;
@@ -759,7 +768,7 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     }
     // qwen3's output projection is unnamed: recognised by its weight
     int wl = -1, used = 0;
-    if (!hit && !q3n && t->op == GGML_OP_MUL_MAT && t->src[0] &&
+    if (!hit && !q3n && !q4x && t->op == GGML_OP_MUL_MAT && t->src[0] &&
         sscanf(t->src[0]->name, "blk.%d.attn_output.weight%n", &wl, &used) == 1 && used > 0 &&
         !t->src[0]->name[used] && wl >= 0) {
         tap = "attn_out", tap_layer = wl, wk = W_E;
@@ -1307,7 +1316,9 @@ const td_backend_vt td_llamacpp_backend = {
     .profile = "act-q8",
     .profile_of = lc_profile_of,
     .probe = lc_probe,
-    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN), // GDN: qwen3next's rules below
+    // GDN: qwen3next's rules below; HC_*: qwen4exp runs (llama.cpp's own graph) with its logits mapped only
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN) | TD_KINDS(TD_LAYER_HC_GDN) |
+                   TD_KINDS(TD_LAYER_HC_QSA),
     .seq_rm = lc_seq_rm,
     .seq_cp = lc_seq_cp,
     .seq_use = lc_seq_use,

@@ -157,7 +157,7 @@ static double now_s(void) {
  * router plus K of the X experts. */
 static double decode_weight_bytes(const td_model *m) {
     const td_hparams *hp = &m->hp;
-    double bytes = (double)m->tok_embd->row_bytes + (double)m->output->nbytes + (double)m->output_norm->nbytes;
+    double bytes = (double)m->tok_embd->row_bytes + (double)m->output->nbytes + (m->output_norm ? (double)m->output_norm->nbytes : 0.0);
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         const td_layer *L = &m->layers[l];
         const td_tensor *dense[] = {L->attn.norm,   L->attn.wq,     L->attn.wk,   L->attn.wv,     L->attn.wqkv,

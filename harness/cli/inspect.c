@@ -270,7 +270,22 @@ static uint64_t count_unused(const td_model *m) {
                                   l->ffn.up,      l->ffn.down,      l->ffn.gate_inp, l->ffn.gate_exps, l->ffn.up_exps,
                                   l->ffn.down_exps};
         for (size_t k = 0; k < sizeof all / sizeof all[0]; k++) MARK(all[k]);
+        // the hybrids' parts (qwen3next, qwen4exp)
+        const td_tensor *hy[] = {l->gdn.norm,          l->gdn.wqkv,          l->gdn.wgate,          l->gdn.wba,
+                                 l->gdn.conv,          l->gdn.dt_bias,       l->gdn.a,              l->gdn.ssm_norm,
+                                 l->gdn.wout,          l->gdn.wbeta,         l->gdn.walpha,         l->ffn.gate_inp_shexp,
+                                 l->ffn.gate_shexp,    l->ffn.up_shexp,      l->ffn.down_shexp,     l->hc_attn.norm,
+                                 l->hc_attn.down,      l->hc_attn.up,        l->hc_attn.inject,     l->hc_ffn.norm,
+                                 l->hc_ffn.down,       l->hc_ffn.up,         l->hc_ffn.inject,      l->qsa.wq,
+                                 l->qsa.wk,            l->qsa.q_norm,        l->qsa.k_norm,         l->ple.key,
+                                 l->ple.value,         l->ple.norm_key,      l->ple.norm_query,     l->ple.norm_conv,
+                                 l->ple.conv};
+        for (size_t k = 0; k < sizeof hy / sizeof hy[0]; k++) MARK(hy[k]);
     }
+    MARK(m->hc_out.norm);
+    MARK(m->hc_out.down);
+    MARK(m->hc_out.up);
+    MARK(m->ple_table);
 #undef MARK
     uint64_t n = 0;
     for (uint64_t i = 0; i < g->n_tensors; i++) n += !used[i];

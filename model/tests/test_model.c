@@ -123,6 +123,14 @@ static void mb_arr4(mb *m, const char *k, uint32_t et, int n, const void *v) {
     b_put(b, v, 4 * (size_t)n);
 }
 
+/* array of 8-byte integers (U64, I64) */
+static void mb_arr8(mb *m, const char *k, uint32_t et, int n, const uint64_t *v) {
+    buf *b = mb_set(m, k, G_ARR);
+    b_le(b, et, 4);
+    b_le(b, (uint64_t)n, 8);
+    for (int i = 0; i < n; i++) b_le(b, v[i], 8);
+}
+
 static tent *mb_tget(mb *m, const char *name) {
     for (int i = 0; i < m->nt; i++)
         if (!strcmp(m->t[i].name, name)) return &m->t[i];
@@ -363,6 +371,102 @@ static mb *build_qwen3next(void) {
         mb_tensor(m, t, 0, 2, 32, 16, 0);
         snprintf(t, sizeof t, "blk.%d.ffn_down_shexp.weight", l);
         mb_tensor(m, t, 0, 2, 16, 32, 0);
+    }
+    return m;
+}
+
+/* qwen4exp (arch-qwen4exp.md §1, §3), written by hand from the spec: E 32, 2
+ * blocks, full_attention_interval 2 (block 0 GDN with the PLE, block 1 QSA
+ * attention with compress ratio 4), H 4, Hkv 2, D 8, R 4, IMROPE sections
+ * [1, 1, 0, 0]; hc 2 streams (hcd 64), hc_lr 4; indexer H_i 2, d_i 8, top_k
+ * 4; GDN H_k 1, H_v 2, d_k 8 (C 32), K 4; PLE n_g 3, h_g 2 (n_p 4), d_p 8
+ * (n_p d_p = E), K_p 2, head ranges [0,5) [5,10) [10,15) [15,20) so the
+ * table needs 20 rows, eos 2; X 4, K 2, F 24, F_sh 16; SPM vocab of 8. */
+static const cfg QWEN4EXP = {"qwen4exp", 32, 4, 2, 24, 2, 8, 0, 4, 2, 1, 0, 0, 0, 0};
+
+static mb *build_qwen4exp(void) {
+    mb *m = build(&QWEN4EXP);
+    mb_del(m, "qwen4exp.feed_forward_length");
+    mb_u32(m, "qwen4exp.expert_feed_forward_length", 24);
+    mb_u32(m, "qwen4exp.expert_shared_feed_forward_length", 16);
+    mb_u32(m, "qwen4exp.rope.dimension_count", 4);
+    const uint32_t sect[4] = {1, 1, 0, 0};
+    mb_arr4(m, "qwen4exp.rope.dimension_sections", G_U32, 4, sect);
+    mb_u32(m, "qwen4exp.ssm.conv_kernel", 4);
+    mb_u32(m, "qwen4exp.ssm.state_size", 8);
+    mb_u32(m, "qwen4exp.ssm.group_count", 1);
+    mb_u32(m, "qwen4exp.ssm.time_step_rank", 2);
+    mb_u32(m, "qwen4exp.ssm.inner_size", 16);
+    mb_u32(m, "qwen4exp.full_attention_interval", 2);
+    mb_u32(m, "qwen4exp.hyper_connection.count", 2);
+    mb_u32(m, "qwen4exp.hyper_connection.low_rank", 4);
+    mb_u32(m, "qwen4exp.attention.indexer.head_count", 2);
+    mb_u32(m, "qwen4exp.attention.indexer.key_length", 8);
+    mb_u32(m, "qwen4exp.attention.indexer.top_k", 4);
+    const uint32_t ratios[2] = {0, 4};
+    mb_arr4(m, "qwen4exp.attention.compress_ratios", G_U32, 2, ratios);
+    const uint32_t ple_layers[1] = {0};
+    mb_arr4(m, "qwen4exp.ple.layers", G_U32, 1, ple_layers);
+    mb_u32(m, "qwen4exp.ple.ngram_size", 3);
+    mb_u32(m, "qwen4exp.ple.heads_per_ngram", 2);
+    mb_u32(m, "qwen4exp.ple.conv_kernel", 2);
+    mb_u32(m, "qwen4exp.ple.eos_token_id", 2);
+    mb_u32(m, "qwen4exp.embedding_length_per_layer_input", 8);
+    const uint64_t mult[3] = {0x9E3779B97F4A7C15ull, 10000000000019ull, 20000000000003ull};
+    const uint64_t off[4] = {0, 5, 10, 15}, vsz[4] = {5, 5, 5, 5};
+    mb_arr8(m, "qwen4exp.ple.layer_multipliers", G_U64, 3, mult);
+    mb_arr8(m, "qwen4exp.ple.head_offsets", G_U64, 4, off);
+    mb_arr8(m, "qwen4exp.ple.head_vocab_sizes", G_U64, 4, vsz);
+
+    mb_tdel(m, "output_norm.weight");
+    mb_tensor(m, "output_hc_norm.weight", 0, 2, 32, 2, 0);
+    mb_tensor(m, "output_hc_down.weight", 0, 2, 64, 4, 0);
+    mb_tensor(m, "output_hc_up.weight", 0, 2, 4, 64, 0);
+    mb_tensor(m, "per_layer_token_embd.weight", 0, 2, 8, 20, 0);
+    static const char *const attn[] = {"attn_q.weight", "attn_k.weight", "attn_v.weight", "attn_output.weight"};
+    char t[64];
+    for (size_t i = 0; i < sizeof attn / sizeof attn[0]; i++) {
+        snprintf(t, sizeof t, "blk.0.%s", attn[i]);
+        mb_tdel(m, t);
+    }
+    mb_tensor(m, "blk.0.attn_qkv.weight", 0, 2, 32, 32, 0);
+    mb_tensor(m, "blk.0.attn_gate.weight", 0, 2, 32, 16, 0);
+    mb_tensor(m, "blk.0.ssm_beta.weight", 0, 2, 32, 2, 0);
+    mb_tensor(m, "blk.0.ssm_alpha.weight", 0, 2, 32, 2, 0);
+    mb_tensor(m, "blk.0.ssm_conv1d.weight", 0, 2, 4, 32, 0);
+    mb_tensor(m, "blk.0.ssm_dt.bias", 0, 1, 2, 0, 0);
+    mb_tensor(m, "blk.0.ssm_a", 0, 1, 2, 0, 0);
+    mb_tensor(m, "blk.0.ssm_norm.weight", 0, 1, 8, 0, 0);
+    mb_tensor(m, "blk.0.ssm_out.weight", 0, 2, 16, 32, 0);
+    mb_tensor(m, "blk.0.ple_key.weight", 0, 2, 32, 64, 0);
+    mb_tensor(m, "blk.0.ple_value.weight", 0, 2, 32, 32, 0);
+    mb_tensor(m, "blk.0.ple_norm_key.weight", 0, 2, 32, 2, 0);
+    mb_tensor(m, "blk.0.ple_norm_query.weight", 0, 1, 64, 0, 0); /* the flat {hc*E} form */
+    mb_tensor(m, "blk.0.ple_norm_conv.weight", 0, 2, 32, 2, 0);
+    mb_tensor(m, "blk.0.ple_conv1d.weight", 0, 2, 2, 64, 0);
+    mb_tensor(m, "blk.1.attn_q.weight", 0, 2, 32, 64, 0); /* [q; gate] per head */
+    mb_tensor(m, "blk.1.attn_q_norm.weight", 0, 1, 8, 0, 0);
+    mb_tensor(m, "blk.1.attn_k_norm.weight", 0, 1, 8, 0, 0);
+    mb_tensor(m, "blk.1.indexer.q_proj.weight", 0, 2, 32, 16, 0);
+    mb_tensor(m, "blk.1.indexer.k_proj.weight", 0, 2, 32, 8, 0);
+    mb_tensor(m, "blk.1.indexer.q_norm.weight", 0, 1, 8, 0, 0);
+    mb_tensor(m, "blk.1.indexer.k_norm.weight", 0, 1, 8, 0, 0);
+    static const char *const hcs[] = {"hc_attn", "hc_ffn"};
+    for (int l = 0; l < 2; l++) {
+#define TN(f, ...) (snprintf(t, sizeof t, "blk.%d." f, l, __VA_ARGS__), t)
+        mb_tdel(m, TN("%s", "attn_norm.weight"));
+        mb_tdel(m, TN("%s", "ffn_norm.weight"));
+        for (int h = 0; h < 2; h++) {
+            mb_tensor(m, TN("%s_norm.weight", hcs[h]), 0, 2, 32, 2, 0);
+            mb_tensor(m, TN("%s_down.weight", hcs[h]), 0, 2, 64, 4, 0);
+            mb_tensor(m, TN("%s_up.weight", hcs[h]), 0, 2, 4, 64, 0);
+            mb_tensor(m, TN("%s_inject.weight", hcs[h]), 0, 2, 64, 2, 0);
+        }
+        mb_tensor(m, TN("%s", "ffn_gate_inp_shexp.weight"), 0, 1, 32, 0, 0);
+        mb_tensor(m, TN("%s", "ffn_gate_shexp.weight"), 0, 2, 32, 16, 0);
+        mb_tensor(m, TN("%s", "ffn_up_shexp.weight"), 0, 2, 32, 16, 0);
+        mb_tensor(m, TN("%s", "ffn_down_shexp.weight"), 0, 2, 16, 32, 0);
+#undef TN
     }
     return m;
 }
@@ -856,6 +960,86 @@ Test(model, qwen3next_recurrent_layers_and_mtp_blocks) {
     unlink(path);
 }
 
+Test(model, qwen4exp_binds_hc_qsa_gdn_and_ple) {
+    char path[64];
+    td_model *m = open_built(build_qwen4exp(), path, sizeof path);
+    const td_hparams *hp = &m->hp;
+    cr_expect_eq(hp->arch, TD_ARCH_QWEN4EXP);
+    cr_expect_eq(hp->rope_type, TD_ROPE_IMROPE);
+    cr_expect_str_eq(td_rope_type_name(hp->rope_type), "IMROPE");
+    cr_expect(hp->rope_sections[0] == 1 && hp->rope_sections[1] == 1 && hp->rope_sections[2] == 0 &&
+              hp->rope_sections[3] == 0);
+    cr_expect(hp->hc == 2 && hp->hc_lr == 4);
+    cr_expect(hp->idx_heads == 2 && hp->idx_dim == 8 && hp->idx_topk == 4);
+    cr_expect(hp->qsa_ratio[0] == 0 && hp->qsa_ratio[1] == 4);
+    cr_expect_eq(hp->ple_layer, 0);
+    cr_expect(hp->ple_ngram == 3 && hp->ple_heads_per_ngram == 2 && hp->ple_n_heads == 4 && hp->ple_conv == 2 &&
+              hp->ple_dim == 8 && hp->ple_eos == 2);
+    cr_expect_eq(hp->ple_image, 2, "absent image token id falls back to the EOS id");
+    cr_expect_eq(hp->ple_mult[0], 0x9E3779B97F4A7C15ull, "a multiplier above INT64_MAX keeps its 64 bits");
+    cr_expect_eq(hp->ple_mult[2], 20000000000003ull);
+    cr_expect_eq(hp->ple_rows, 20);
+    cr_expect_eq(m->layers[0].kind, TD_LAYER_HC_GDN);
+    cr_expect_eq(m->layers[1].kind, TD_LAYER_HC_QSA);
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_HC_GDN), "hc_gdn");
+    cr_expect_str_eq(td_layer_kind_name(TD_LAYER_HC_QSA), "hc_qsa");
+    cr_expect_null(m->output_norm);
+    cr_expect(m->hc_out.norm && m->hc_out.down && m->hc_out.up && !m->hc_out.inject);
+    cr_expect(m->ple_table && m->ple_table->ne[1] == 20);
+    const td_gdn_parts *g = &m->layers[0].gdn;
+    cr_expect(g->wqkv && g->wgate && g->wbeta && g->walpha && g->conv && g->dt_bias && g->a && g->ssm_norm && g->wout);
+    cr_expect(!g->wba && !g->norm);
+    const td_ple_parts *p = &m->layers[0].ple;
+    cr_expect(p->key && p->value && p->norm_key && p->norm_query && p->norm_conv && p->conv);
+    cr_expect_eq(p->norm_query->ne[0], 64, "the flat gamma binds");
+    cr_expect_null(m->layers[1].ple.key);
+    const td_layer *a = &m->layers[1];
+    cr_expect(a->attn.q_gated && a->attn.wq->ne[1] == 64 && a->attn.q_norm && a->attn.k_norm && !a->attn.norm);
+    cr_expect(a->qsa.wq && a->qsa.wk && a->qsa.q_norm && a->qsa.k_norm);
+    for (int l = 0; l < 2; l++) {
+        const td_layer *ly = &m->layers[l];
+        cr_expect(ly->hc_attn.norm && ly->hc_attn.down && ly->hc_attn.up && ly->hc_attn.inject, "block %d", l);
+        cr_expect(ly->hc_ffn.norm && ly->hc_ffn.down && ly->hc_ffn.up && ly->hc_ffn.inject, "block %d", l);
+        cr_expect(!ly->ffn.norm && ly->ffn.gate_inp && ly->ffn.gate_exps && ly->ffn.gate_inp_shexp &&
+                  ly->ffn.down_shexp, "block %d", l);
+    }
+    td_model_close(m);
+    proc ip = run_inspect(path, NULL); // every tensor of the file is bound, none left over
+    cr_expect_eq(WEXITSTATUS(ip.status), 0, "%s", ip.err);
+    cr_expect(strstr(ip.out, "valid: qwen4exp model, 2 blocks"), "%s", ip.out);
+    cr_expect(strstr(ip.out, "  unused tensors: 0\n"), "%s", ip.out);
+    proc_free(&ip);
+    unlink(path);
+}
+
+Test(model, qwen4exp_without_ple_and_scalar_keys) {
+    /* no ple.* keys and no table: no PLE; a scalar compress ratio applies to
+     * the attention layers only; a scalar sections key fills all four */
+    mb *b = build_qwen4exp();
+    static const char *const ple[] = {"ple.layers", "ple.ngram_size", "ple.heads_per_ngram", "ple.conv_kernel",
+                                      "ple.eos_token_id", "ple.layer_multipliers", "ple.head_offsets",
+                                      "ple.head_vocab_sizes", "embedding_length_per_layer_input"};
+    char k[96];
+    for (size_t i = 0; i < sizeof ple / sizeof ple[0]; i++) {
+        snprintf(k, sizeof k, "qwen4exp.%s", ple[i]);
+        mb_del(b, k);
+    }
+    static const char *const pt[] = {"per_layer_token_embd.weight", "blk.0.ple_key.weight", "blk.0.ple_value.weight",
+                                     "blk.0.ple_norm_key.weight", "blk.0.ple_norm_query.weight",
+                                     "blk.0.ple_norm_conv.weight", "blk.0.ple_conv1d.weight"};
+    for (size_t i = 0; i < sizeof pt / sizeof pt[0]; i++) mb_tdel(b, pt[i]);
+    mb_u32(b, "qwen4exp.attention.compress_ratios", 8);
+    mb_u32(b, "qwen4exp.rope.dimension_sections", 3);
+    char path[64];
+    td_model *m = open_built(b, path, sizeof path);
+    cr_expect_eq(m->hp.ple_layer, -1);
+    cr_expect_null(m->ple_table);
+    cr_expect(m->hp.qsa_ratio[0] == 0 && m->hp.qsa_ratio[1] == 8);
+    for (int i = 0; i < 4; i++) cr_expect_eq(m->hp.rope_sections[i], 3);
+    td_model_close(m);
+    unlink(path);
+}
+
 Test(model, llama_moe_binds_without_gate_experts) {
     char path[64];
     td_model *m = open_built(build(&LLAMA_MOE), path, sizeof path);
@@ -921,7 +1105,8 @@ ParameterizedTest(int *ix, arch_table, binds_attention_layers_per_spec) {
 }
 
 Test(arch_table, every_descriptor_is_complete_and_found_by_name) {
-    cr_assert_eq(td_arch_count(), 4, "llama, qwen3, qwen3moe, qwen3next (arch-*.md); a new one comes with its tests");
+    cr_assert_eq(td_arch_count(), 5,
+                 "llama, qwen3, qwen3moe, qwen3next, qwen4exp (arch-*.md); a new one comes with its tests");
     for (size_t i = 0; i < td_arch_count(); i++) {
         const td_arch_desc *d = td_arch_at(i);
         cr_assert_not_null(d);
@@ -934,7 +1119,7 @@ Test(arch_table, every_descriptor_is_complete_and_found_by_name) {
     cr_expect_null(td_arch_find(NULL));
     char names[128];
     td_arch_names(names, sizeof names, ", ");
-    cr_expect_str_eq(names, "llama, qwen3, qwen3moe, qwen3next");
+    cr_expect_str_eq(names, "llama, qwen3, qwen3moe, qwen3next, qwen4exp");
     cr_expect_str_eq(td_layer_kind_name(TD_LAYER_ATTENTION), "attention");
     cr_expect_str_eq(td_layer_kind_name(TD_LAYER_GDN), "gdn");
     cr_expect_str_eq(td_layer_kind_name(TD_LAYER_KIND_COUNT), "unknown");
@@ -1027,7 +1212,7 @@ Test(model, inspect_long_tensor_list) {
 /* ------------------------------------------------------------------------ */
 /* Invalid variants                                                           */
 
-typedef enum base_kind { B_LLAMA, B_QWEN3, B_QWEN3MOE, B_QWEN3NEXT } base_kind;
+typedef enum base_kind { B_LLAMA, B_QWEN3, B_QWEN3MOE, B_QWEN3NEXT, B_QWEN4EXP } base_kind;
 
 typedef struct bad_case {
     const char *name;
@@ -1113,6 +1298,77 @@ static void mut_q3n_q_ungated(mb *m) { mb_tensor(m, "blk.1.attn_q.weight", 0, 2,
 static void mut_q3n_no_shexp(mb *m) { mb_tdel(m, "blk.1.ffn_gate_inp_shexp.weight"); }
 static void mut_q3n_rope_gt_d(mb *m) { mb_u32(m, "qwen3next.rope.dimension_count", 10); }
 static void mut_fused_and_separate(mb *m) { mb_tensor(m, "blk.1.attn_qkv.weight", 0, 2, 32, 64, 0); }
+static void mut_q4x_hc_one(mb *m) { mb_u32(m, "qwen4exp.hyper_connection.count", 1); }
+static void mut_q4x_hc_missing(mb *m) { mb_del(m, "qwen4exp.hyper_connection.count"); }
+static void mut_q4x_hc_lr_zero(mb *m) { mb_u32(m, "qwen4exp.hyper_connection.low_rank", 0); }
+static void mut_q4x_idx_heads_zero(mb *m) { mb_u32(m, "qwen4exp.attention.indexer.head_count", 0); }
+static void mut_q4x_idx_topk_missing(mb *m) { mb_del(m, "qwen4exp.attention.indexer.top_k"); }
+static void mut_q4x_idx_dim_lt_r(mb *m) { mb_u32(m, "qwen4exp.attention.indexer.key_length", 2); }
+static void mut_q4x_sections_missing(mb *m) { mb_del(m, "qwen4exp.rope.dimension_sections"); }
+static void mut_q4x_sections_three(mb *m) {
+    const uint32_t s3[3] = {1, 1, 0};
+    mb_arr4(m, "qwen4exp.rope.dimension_sections", G_U32, 3, s3);
+}
+static void mut_q4x_sections_zero(mb *m) {
+    const uint32_t z[4] = {0, 0, 0, 0};
+    mb_arr4(m, "qwen4exp.rope.dimension_sections", G_U32, 4, z);
+}
+static void mut_q4x_sections_negative(mb *m) {
+    const int32_t s4[4] = {1, -1, 0, 0};
+    mb_arr4(m, "qwen4exp.rope.dimension_sections", G_I32, 4, s4);
+}
+static void mut_q4x_ratios_len(mb *m) {
+    const uint32_t r[3] = {0, 4, 4};
+    mb_arr4(m, "qwen4exp.attention.compress_ratios", G_U32, 3, r);
+}
+static void mut_q4x_ratio_on_gdn(mb *m) {
+    const uint32_t r[2] = {4, 4};
+    mb_arr4(m, "qwen4exp.attention.compress_ratios", G_U32, 2, r);
+}
+static void mut_q4x_ple_key_without_layers(mb *m) { mb_del(m, "qwen4exp.ple.layers"); }
+static void mut_q4x_ple_table_without_keys(mb *m) {
+    static const char *const ple[] = {"ple.layers", "ple.ngram_size", "ple.heads_per_ngram", "ple.conv_kernel",
+                                      "ple.eos_token_id", "ple.layer_multipliers", "ple.head_offsets",
+                                      "ple.head_vocab_sizes", "embedding_length_per_layer_input"};
+    char k[96];
+    for (size_t i = 0; i < sizeof ple / sizeof ple[0]; i++) {
+        snprintf(k, sizeof k, "qwen4exp.%s", ple[i]);
+        mb_del(m, k);
+    }
+}
+static void mut_q4x_ple_two_layers(mb *m) {
+    const uint32_t l[2] = {0, 1};
+    mb_arr4(m, "qwen4exp.ple.layers", G_U32, 2, l);
+}
+static void mut_q4x_ple_on_attention(mb *m) {
+    const uint32_t l[1] = {1};
+    mb_arr4(m, "qwen4exp.ple.layers", G_U32, 1, l);
+}
+static void mut_q4x_ple_ngram(mb *m) { mb_u32(m, "qwen4exp.ple.ngram_size", 9); }
+static void mut_q4x_ple_width(mb *m) { mb_u32(m, "qwen4exp.embedding_length_per_layer_input", 4); }
+static void mut_q4x_ple_mult_u32(mb *m) {
+    const uint32_t mu[3] = {3, 5, 7};
+    mb_arr4(m, "qwen4exp.ple.layer_multipliers", G_U32, 3, mu);
+}
+static void mut_q4x_ple_mult_short(mb *m) {
+    const uint64_t mu[2] = {3, 5};
+    mb_arr8(m, "qwen4exp.ple.layer_multipliers", G_U64, 2, mu);
+}
+static void mut_q4x_ple_vsz_zero(mb *m) {
+    const uint64_t v[4] = {5, 5, 0, 5};
+    mb_arr8(m, "qwen4exp.ple.head_vocab_sizes", G_U64, 4, v);
+}
+static void mut_q4x_ple_range_int32(mb *m) {
+    const uint64_t o[4] = {0, 5, 10, 2147483645ull};
+    mb_arr8(m, "qwen4exp.ple.head_offsets", G_U64, 4, o);
+}
+static void mut_q4x_ple_table_rows(mb *m) { mb_tensor(m, "per_layer_token_embd.weight", 0, 2, 8, 19, 0); }
+static void mut_q4x_ple_eos(mb *m) { mb_u32(m, "qwen4exp.ple.eos_token_id", 8); }
+static void mut_q4x_inject_missing(mb *m) { mb_tdel(m, "blk.1.hc_ffn_inject.weight"); }
+static void mut_q4x_gamma_shape(mb *m) { mb_tensor(m, "blk.0.hc_attn_norm.weight", 0, 2, 32, 3, 0); }
+static void mut_q4x_ssm_ba(mb *m) { mb_tensor(m, "blk.0.ssm_ba.weight", 0, 2, 32, 4, 0); }
+static void mut_q4x_idx_k_shape(mb *m) { mb_tensor(m, "blk.1.indexer.k_proj.weight", 0, 2, 32, 16, 0); }
+static void mut_q4x_out_hc_missing(mb *m) { mb_tdel(m, "output_hc_up.weight"); }
 
 /* expected substrings are the rule as the spec states it, with the numbers of
  * the base models above (E 32, H 4, Hkv 2, D 8, F 48, 8 tokens, X 4, K 2) */
@@ -1137,7 +1393,7 @@ static const bad_case bad_cases[] = {
     {"X = 0", B_QWEN3MOE, mut_x_zero, "expected X > 0"},
     {"dense llama with K", B_LLAMA, mut_dense_with_k, "'llama.expert_used_count': expected 0 for a dense model"},
     {"unsupported arch", B_LLAMA, mut_unsupported_arch,
-     "unsupported architecture 'gpt9' (supported: llama, qwen3, qwen3moe, qwen3next)"},
+     "unsupported architecture 'gpt9' (supported: llama, qwen3, qwen3moe, qwen3next, qwen4exp)"},
     {"missing tensor", B_LLAMA, mut_missing_tensor, "required tensor blk.1.ffn_up.weight is missing"},
     {"missing k_norm", B_QWEN3, mut_missing_qnorm, "required tensor blk.0.attn_k_norm.weight is missing"},
     {"wrong shape", B_LLAMA, mut_wrong_shape, "tensor blk.1.attn_k.weight: expected shape {32, 16}, found {32, 24}"},
@@ -1180,6 +1436,59 @@ static const bad_case bad_cases[] = {
     {"qwen3next shared-expert gate missing", B_QWEN3NEXT, mut_q3n_no_shexp,
      "required tensor blk.1.ffn_gate_inp_shexp.weight is missing"},
     {"qwen3next rope dims > D", B_QWEN3NEXT, mut_q3n_rope_gt_d, "expected R <= head dim D = 8, found R = 10"},
+    {"qwen4exp hc = 1", B_QWEN4EXP, mut_q4x_hc_one, "'qwen4exp.hyper_connection.count': expected hc > 1"},
+    {"qwen4exp hc missing", B_QWEN4EXP, mut_q4x_hc_missing,
+     "required key 'qwen4exp.hyper_connection.count' is missing"},
+    {"qwen4exp hc low rank 0", B_QWEN4EXP, mut_q4x_hc_lr_zero,
+     "'qwen4exp.hyper_connection.low_rank': expected > 0, found 0"},
+    {"qwen4exp indexer heads 0", B_QWEN4EXP, mut_q4x_idx_heads_zero,
+     "'qwen4exp.attention.indexer.head_count': expected > 0, found 0"},
+    {"qwen4exp indexer top_k missing", B_QWEN4EXP, mut_q4x_idx_topk_missing,
+     "required key 'qwen4exp.attention.indexer.top_k' is missing"},
+    {"qwen4exp indexer d_i < R", B_QWEN4EXP, mut_q4x_idx_dim_lt_r,
+     "expected d_i >= rope.dimension_count R = 4 (the indexer rotates the first R dims of each head), found 2"},
+    {"qwen4exp sections missing", B_QWEN4EXP, mut_q4x_sections_missing,
+     "required key 'qwen4exp.rope.dimension_sections' is missing"},
+    {"qwen4exp sections count", B_QWEN4EXP, mut_q4x_sections_three, "expected 4 IMROPE sections, found 3 entries"},
+    {"qwen4exp sections sum 0", B_QWEN4EXP, mut_q4x_sections_zero, "expected sections with a sum > 0"},
+    {"qwen4exp section negative", B_QWEN4EXP, mut_q4x_sections_negative,
+     "entry 1: expected a section in [0, 65535], found -1"},
+    {"qwen4exp ratios length", B_QWEN4EXP, mut_q4x_ratios_len,
+     "'qwen4exp.attention.compress_ratios': expected 2 entries (one per block), found 3"},
+    {"qwen4exp ratio on a GDN layer", B_QWEN4EXP, mut_q4x_ratio_on_gdn,
+     "entry 0: expected 0 (block 0 is a GDN layer, it has no attention to make sparse), found 4"},
+    {"qwen4exp PLE key without ple.layers", B_QWEN4EXP, mut_q4x_ple_key_without_layers,
+     "key 'qwen4exp.ple.ngram_size': expected absent (PLE is all-or-nothing"},
+    {"qwen4exp PLE table without keys", B_QWEN4EXP, mut_q4x_ple_table_without_keys,
+     "tensor per_layer_token_embd.weight: expected absent, found present (a PLE table without the ple.* keys"},
+    {"qwen4exp two PLE layers", B_QWEN4EXP, mut_q4x_ple_two_layers, "expected exactly one PLE layer, found 2 entries"},
+    {"qwen4exp PLE on attention", B_QWEN4EXP, mut_q4x_ple_on_attention,
+     "expected a GDN layer (the PLE conv history lives in the recurrent state), found block 1"},
+    {"qwen4exp n-gram size", B_QWEN4EXP, mut_q4x_ple_ngram, "'qwen4exp.ple.ngram_size': expected n_g in [2, 8], found 9"},
+    {"qwen4exp PLE widths vs n_embd", B_QWEN4EXP, mut_q4x_ple_width,
+     "expected n_p * d_p = n_embd = 32 (the PLE projections take an n_embd-wide input), found 4 * 4 = 16"},
+    {"qwen4exp multipliers 32-bit", B_QWEN4EXP, mut_q4x_ple_mult_u32,
+     "'qwen4exp.ple.layer_multipliers': expected an ARRAY of UINT64 (the hash constants need 64 bits), found ARRAY "
+     "of UINT32"},
+    {"qwen4exp multipliers short", B_QWEN4EXP, mut_q4x_ple_mult_short,
+     "'qwen4exp.ple.layer_multipliers': expected at least 3 entries (one multiplier per n-gram position), found 2"},
+    {"qwen4exp head vocab 0", B_QWEN4EXP, mut_q4x_ple_vsz_zero,
+     "'qwen4exp.ple.head_vocab_sizes': entry 2: expected V_h > 0, found 0"},
+    {"qwen4exp head range past int32", B_QWEN4EXP, mut_q4x_ple_range_int32,
+     "head 3: expected O_h + V_h <= 2147483647 (an int32 row index), found 2147483645 + 5"},
+    {"qwen4exp PLE table rows", B_QWEN4EXP, mut_q4x_ple_table_rows,
+     "tensor per_layer_token_embd.weight: expected at least max_h(O_h + V_h) = 20 rows, found 19"},
+    {"qwen4exp PLE eos out of range", B_QWEN4EXP, mut_q4x_ple_eos,
+     "'qwen4exp.ple.eos_token_id': expected a token id < n_vocab = 8, found 8"},
+    {"qwen4exp inject missing", B_QWEN4EXP, mut_q4x_inject_missing,
+     "required tensor blk.1.hc_ffn_inject.weight is missing"},
+    {"qwen4exp gamma shape", B_QWEN4EXP, mut_q4x_gamma_shape,
+     "tensor blk.0.hc_attn_norm.weight: expected shape {32, 2}, found {32, 3}"},
+    {"qwen4exp interleaved ssm_ba", B_QWEN4EXP, mut_q4x_ssm_ba, "tensor blk.0.ssm_ba.weight: expected absent"},
+    {"qwen4exp indexer k_proj shape", B_QWEN4EXP, mut_q4x_idx_k_shape,
+     "tensor blk.1.indexer.k_proj.weight: expected shape {32, 8}, found {32, 16}"},
+    {"qwen4exp final HC mixer missing", B_QWEN4EXP, mut_q4x_out_hc_missing,
+     "required tensor output_hc_up.weight is missing"},
 };
 
 #define N_BAD (sizeof bad_cases / sizeof bad_cases[0])
@@ -1196,7 +1505,7 @@ ParameterizedTest(int *ip, model_bad, rejects) {
     cr_assert(*ip >= 0 && (size_t)*ip < N_BAD);
     const bad_case *bc = &bad_cases[*ip];
     const cfg *base = bc->base == B_QWEN3 ? &QWEN3 : bc->base == B_QWEN3MOE ? &QWEN3MOE : &LLAMA;
-    mb *b = bc->base == B_QWEN3NEXT ? build_qwen3next() : build(base);
+    mb *b = bc->base == B_QWEN3NEXT ? build_qwen3next() : bc->base == B_QWEN4EXP ? build_qwen4exp() : build(base);
     bc->mutate(b);
     char path[64];
     tmp_path(path, sizeof path, "bad");

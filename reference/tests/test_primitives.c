@@ -522,3 +522,130 @@ Test(gdn, delta_rule_three_steps) {
     assert_close(o[0], -2 * r2, 1e-15);
     assert_close(o[1], 7 * r2, 1e-15);
 }
+
+/* ---- qwen4exp (arch-qwen4exp.md §4) ------------------------------------ */
+
+Test(qwen4exp, ple_context_cut_by_eos_and_gaps) {
+    // n_g = 4, eos = 2; tokens 5 2 7 9 at positions 0..3
+    const int32_t tok[4] = {5, 2, 7, 9};
+    int64_t ctx[4];
+    td_ref_ple_context(ctx, tok, 3, 4, 2, 99);
+    cr_assert(ctx[0] == 9 && ctx[1] == 7 && ctx[2] == 2 && ctx[3] == 2, "EOS at distance 2 cuts it and older");
+    td_ref_ple_context(ctx, tok, 1, 4, 2, 99);
+    cr_assert(ctx[0] == 2 && ctx[1] == 5 && ctx[2] == 2 && ctx[3] == 2, "an EOS at p does not cut; p-2 < 0 does");
+    td_ref_ple_context(ctx, tok, 0, 4, 2, 99);
+    cr_assert(ctx[0] == 5 && ctx[1] == 2 && ctx[2] == 2 && ctx[3] == 2);
+    // an embedding input (id < 0): itself hashes the image id, its successor sees a gap
+    const int32_t img[3] = {4, -1, 6};
+    td_ref_ple_context(ctx, img, 1, 3, 2, 99);
+    cr_assert(ctx[0] == 99 && ctx[1] == 4 && ctx[2] == 2);
+    td_ref_ple_context(ctx, img, 2, 3, 2, 99);
+    cr_assert(ctx[0] == 6 && ctx[1] == 2 && ctx[2] == 2);
+}
+
+Test(qwen4exp, ple_rows_wrap_mod_2_64) {
+    // qwen4exp-f32's constants; both 295*M0 and 297*M2 exceed 2^64. Expected rows from python's
+    // unbounded integers reduced mod 2^64: X_2 = (295 M0 ^ 17 M1) mod 2^64, X_3 = X_2 ^ (297 M2 mod 2^64)
+    const uint64_t mult[3] = {0x9E3779B97F4A7C15ull, 10000000000037ull, 0xC2B2AE3D27D4EB4Full};
+    const uint64_t off[4] = {0, 61, 128, 199}, vsz[4] = {61, 67, 71, 73};
+    const int64_t ctx[3] = {295, 17, 297};
+    int64_t rows[4];
+    td_ref_ple_rows(rows, ctx, 3, 2, mult, off, vsz);
+    cr_assert(rows[0] == 35 && rows[1] == 87 && rows[2] == 175 && rows[3] == 265, "rows %lld %lld %lld %lld",
+              (long long)rows[0], (long long)rows[1], (long long)rows[2], (long long)rows[3]);
+    // a signed 64-bit product or a 32-bit multiplier would differ: X mod V from the low 32 bits only
+    const uint64_t m32[3] = {(uint32_t)mult[0], (uint32_t)mult[1], (uint32_t)mult[2]};
+    int64_t r32[4];
+    td_ref_ple_rows(r32, ctx, 3, 2, m32, off, vsz);
+    cr_assert(memcmp(rows, r32, sizeof rows) != 0, "truncated multipliers give other rows");
+}
+
+Test(qwen4exp, imrope_components_and_text_equals_neox) {
+    const uint32_t s3320[4] = {3, 3, 2, 0}, s1001[4] = {1, 0, 0, 1}, s2110[4] = {2, 1, 1, 0};
+    // [3,3,2,0]: sectors 0..7 -> t h w t h w t h (every pair t/h/w)
+    static const int want[8] = {0, 1, 2, 0, 1, 2, 0, 1};
+    for (int i = 0; i < 8; i++) cr_expect_eq(td_ref_imrope_component(i, s3320), want[i], "pair %d", i);
+    cr_expect_eq(td_ref_imrope_component(8, s3320), 0, "sector = 8 mod 8 = 0");
+    // [1,0,0,1]: S = 2; sector 1 is neither h (1 < 0 fails) nor w nor t: p_e
+    cr_expect_eq(td_ref_imrope_component(0, s1001), 0);
+    cr_expect_eq(td_ref_imrope_component(1, s1001), 3);
+    // [2,1,1,0]: S = 4; sector 2: w (2 < 3); sector 3: t (3 < 6)
+    cr_expect_eq(td_ref_imrope_component(2, s2110), 2);
+    cr_expect_eq(td_ref_imrope_component(3, s2110), 0);
+    // text positions (p, p, p, 0) with every pair t/h/w: exactly NEOX (D = 8, R = 4: 2 pairs, sections [1,1,0,0])
+    const uint32_t s1100[4] = {1, 1, 0, 0};
+    td_ref_rope c = rope_cfg(TD_ROPE_NEOX);
+    double a[8], b[8];
+    memcpy(a, x_in, sizeof a), memcpy(b, x_in, sizeof b);
+    const int64_t pos4[4] = {7, 7, 7, 0};
+    td_ref_rope_imrope_f64(a, pos4, &c, s1100, 1);
+    td_ref_rope_f64(b, 7, &c, NULL, 1);
+    for (int i = 0; i < 8; i++) cr_expect_eq(a[i], b[i], "dim %d", i);
+    // [1,0,0,1]: pair 1 takes p_e = 0 for text: unrotated; pair 0 rotates as NEOX's pair 0
+    memcpy(a, x_in, sizeof a);
+    td_ref_rope_imrope_f64(a, pos4, &c, s1001, 1);
+    cr_expect_eq(a[1], x_in[1]);
+    cr_expect_eq(a[3], x_in[3]);
+    cr_expect_eq(a[0], b[0]);
+    cr_expect_eq(a[2], b[2]);
+}
+
+Test(qwen4exp, hc_mix_and_combine_hand_worked) {
+    // hc = 2, E = 2, lr = 1, eps 0. Expected values from the spec's formulas in python's math module:
+    // flat = [RMSNorm([3,4]; [1,2]); RMSNorm([1,-1]; [.5,1])] = [.8485.., 2.2627.., .5, -1]
+    const double Rs[4] = {3, 4, 1, -1}, gamma[4] = {1, 2, 0.5, 1};
+    const double Wdn[4] = {0.5, -0.5, 1.0, 0.25}, Wup[4] = {1.0, -2.0, 0.5, 0.0};
+    const double Winj[8] = {1, 0, 0, 0, 0, 0, 1, 1};
+    double mixed[2], inj[2], flat[4], lam[1], gam[4];
+    td_ref_hc_mix_f64(mixed, inj, flat, lam, gam, Rs, gamma, Wdn, Wup, Winj, 2, 2, 1, 0.0);
+    assert_close(flat[1], 2.262741699796952, 1e-14);
+    assert_close(lam[0], -0.10127408406595785, 1e-14); // silu((Wdn . flat) / hc)
+    assert_close(mixed[0], 0.32323532815316836, 1e-14);
+    assert_close(mixed[1], 0.37277963711111695, 1e-14);
+    assert_close(inj[0], 0.848528137423857, 1e-14);
+    assert_close(inj[1], -0.5, 1e-14);
+    double R2[4] = {3, 4, 1, -1};
+    const double y[2] = {1, -2};
+    td_ref_hc_combine_f64(R2, y, inj, 2, 2); // Rs[c] += 2 sigmoid(inj[c] / hc) y
+    assert_close(R2[0], 4.2090063049378275, 1e-14);
+    assert_close(R2[1], 1.5819873901243455, 1e-14);
+    assert_close(R2[2], 1.8756469982284039, 1e-14);
+    assert_close(R2[3], -2.7512939964568077, 1e-14);
+    const double zero[2] = {0, 0};
+    double R3[4] = {3, 4, 1, -1};
+    td_ref_hc_combine_f64(R3, y, zero, 2, 2);
+    cr_expect(R3[0] == 4 && R3[1] == 2 && R3[2] == 2 && R3[3] == -3, "a zero inject is a plain residual add");
+}
+
+static int64_t select_of(int64_t *sel, const double *score, int64_t p, int64_t r, int64_t W) {
+    return td_ref_qsa_select_f64(sel, score, p, r, W);
+}
+
+Test(qwen4exp, qsa_selection_tail_blocks_partial_and_ties) {
+    int64_t sel[64];
+    // r = 4, B = 4: W = 7. p = 5: 6 visible <= 7: dense
+    const double sc[3] = {0.5, 2.0, 1.0};
+    cr_assert_eq(select_of(sel, sc, 5, 4, 7), 6);
+    for (int i = 0; i < 6; i++) cr_expect_eq(sel[i], i);
+    // p = 13: tail 12, 13 (T = 12); blocks 0..2 complete, scores .5 2 1: block 1 whole, then block 2's
+    // lowest position (5 of the 7 slots after the tail): {4,5,6,7,8,12,13}
+    const int64_t want[7] = {4, 5, 6, 7, 8, 12, 13};
+    cr_assert_eq(select_of(sel, sc, 13, 4, 7), 7);
+    for (int i = 0; i < 7; i++) cr_expect_eq(sel[i], want[i], "slot %d: %lld", i, (long long)sel[i]);
+    // exact ties: the lower block first: {0,1,2,3,4,12,13}
+    const double tie[3] = {1, 1, 1};
+    const int64_t want_tie[7] = {0, 1, 2, 3, 4, 12, 13};
+    cr_assert_eq(select_of(sel, tie, 13, 4, 7), 7);
+    for (int i = 0; i < 7; i++) cr_expect_eq(sel[i], want_tie[i], "slot %d: %lld", i, (long long)sel[i]);
+    // p = 11: no tail (T = 12), 7 of 12: block 1 whole + block 2's lowest three
+    const int64_t want11[7] = {4, 5, 6, 7, 8, 9, 10};
+    cr_assert_eq(select_of(sel, sc, 11, 4, 7), 7);
+    for (int i = 0; i < 7; i++) cr_expect_eq(sel[i], want11[i], "slot %d: %lld", i, (long long)sel[i]);
+    // tail of r-1 = 3 and B a multiple of r: whole blocks + tail (the spec's "B/r whole blocks + tail")
+    cr_assert_eq(select_of(sel, sc, 14, 4, 7), 7);
+    const int64_t want14[7] = {4, 5, 6, 7, 12, 13, 14};
+    for (int i = 0; i < 7; i++) cr_expect_eq(sel[i], want14[i], "slot %d: %lld", i, (long long)sel[i]);
+    // block score: ReLU per head, then the sum, no scale
+    const double q[4] = {1, 2, -3, -1}, kb[2] = {1, 1};
+    assert_close(td_ref_qsa_block_score_f64(q, kb, 2, 2), 3.0, 0); // max(0, 3) + max(0, -4)
+}
