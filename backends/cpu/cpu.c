@@ -1077,8 +1077,9 @@ static void rs_ensure(const cpu_backend *b, cpu_seq *s) {
 static void rs_snapshot(const cpu_backend *b, cpu_seq *s, int64_t pos0) {
     // a single sequence that no state operation touched never rolls back:
     // a copy of the whole state per forward would be pure cost
-    if (!b->rs_n || !b->state_ops) return;
+    if (!b->rs_n) return;
     rs_ensure(b, s);
+    if (!b->state_ops) return;
     const int i = (int)(pos0 % CPU_SNAPS);
     memcpy(s->snap + i * b->rs_n, s->rs, (size_t)b->rs_n * sizeof(float));
     s->snap_pos[i] = pos0;
