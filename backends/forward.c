@@ -1,6 +1,7 @@
 /* tapdiff: the forward contract every backend shares (forward.h). */
 #include "forward.h"
 
+#include <math.h>
 #include <string.h>
 
 /* ===================================================================== */
@@ -116,4 +117,44 @@ void td_moe_route_f64(int32_t *topk, double *weights, const double *probs, int64
 
 void td_moe_route_f32(int32_t *topk, float *weights, const float *probs, int64_t X, int64_t K, unsigned flags) {
     MOE_ROUTE_BODY(float);
+}
+
+/* YaRN's correction dimension for beta rotations over the original context */
+static double yarn_corr_dim(double beta, const td_hparams *hp) {
+    return (double)hp->rope_dims * log((double)hp->rope_n_ctx_orig / (2 * M_PI * beta)) /
+           (2 * log((double)hp->rope_base));
+}
+
+void td_fwd_rope_tables(const td_hparams *hp, int64_t span, const float *ff, int64_t T, int64_t pos0, float *c,
+                        float *s) {
+    const int64_t half = span / 2;
+    const int yarn = hp->rope_scaling == TD_ROPE_SCALING_YARN;
+    const double freq_scale = hp->rope_scaling == TD_ROPE_SCALING_NONE ? 1.0 : (double)hp->rope_freq_scale;
+    double m = hp->rope_attn_factor, lo = 0, hi = 0;
+    if (yarn) {
+        const double factor = 1 / freq_scale;
+        if (factor > 1) m *= 1 + 0.1 * log(factor);
+        lo = floor(yarn_corr_dim(32, hp)); // beta_fast
+        if (lo < 0) lo = 0;
+        hi = ceil(yarn_corr_dim(1, hp)); // beta_slow
+        if (hi > (double)(hp->rope_dims - 1)) hi = (double)(hp->rope_dims - 1);
+    }
+    for (int64_t i = 0; i < half; i++) {
+        const double omega = pow((double)hp->rope_base, -(double)(2 * i) / (double)span);
+        double mix = 0;
+        if (yarn) {
+            const double width = hi - lo < 0.001 ? 0.001 : hi - lo;
+            double r = ((double)i - lo) / width;
+            r = r < 0 ? 0 : r > 1 ? 1 : r;
+            mix = 1 - r;
+        }
+        for (int64_t t = 0; t < T; t++) {
+            double extrap = (double)(pos0 + t) * omega;
+            if (ff) extrap /= ff[i];
+            const double interp = freq_scale * extrap;
+            const double theta = yarn ? interp * (1 - mix) + extrap * mix : interp;
+            c[t * half + i] = (float)(m * cos(theta));
+            s[t * half + i] = (float)(m * sin(theta));
+        }
+    }
 }

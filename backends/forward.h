@@ -69,6 +69,15 @@ enum {
 void td_moe_route_f64(int32_t *topk, double *weights, const double *probs, int64_t X, int64_t K, unsigned flags);
 void td_moe_route_f32(int32_t *topk, float *weights, const float *probs, int64_t X, int64_t K, unsigned flags);
 
+/* The RoPE tables of a step of T tokens at positions pos0..: c and s
+ * (T, span/2) = m cos(theta), m sin(theta), each computed in double and
+ * rounded once to float (primitives §2, §2.3: every RoPE mode and scaling,
+ * YaRN included, is in these tables; a kernel only rotates). span: the
+ * rotated dims (hp->rope_dims, unless a fault widens it); ff: the
+ * rope_freqs divisors (span/2 of them) or NULL. */
+void td_fwd_rope_tables(const td_hparams *hp, int64_t span, const float *ff, int64_t T, int64_t pos0, float *c,
+                        float *s);
+
 #ifdef __cplusplus
 }
 #endif

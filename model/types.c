@@ -164,41 +164,56 @@ static inline uint32_t rd_u32(const uint8_t *p) {
 static inline double rd_f16(const uint8_t *p) { return td_f16_to_f64(rd_u16(p)); }
 
 #define FIELD(b, T, f) ((b) + offsetof(T, f))
+
+/* Each decoder below computes the exact double of every value and stores it
+ * either as is (y) or rounded once to float (yf, when not NULL): the f32 row
+ * is (float) of the f64 row by construction, in one pass over the block. The
+ * decoders are forced inline into a wrapper per output type so the branch
+ * folds away. */
+#define DEC_INLINE inline __attribute__((always_inline))
+#define PUT(i, v)              \
+    do {                       \
+        double v_ = (v);       \
+        if (yf)                \
+            yf[i] = (float)v_; \
+        else                   \
+            y[i] = v_;         \
+    } while (0)
 #define LO(x) ((x) & 0x0F)
 #define HI(x) ((x) >> 4)
 
-static void dec_q4_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q4_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q4_0, d));
     const uint8_t *qs = FIELD(b, td_blk_q4_0, qs);
     for (int j = 0; j < 16; j++) {
-        y[j] = d * (LO(qs[j]) - 8);
-        y[j + 16] = d * (HI(qs[j]) - 8);
+        PUT(j, d * (LO(qs[j]) - 8));
+        PUT(j + 16, d * (HI(qs[j]) - 8));
     }
 }
 
-static void dec_q4_1(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q4_1(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q4_1, d));
     double m = rd_f16(FIELD(b, td_blk_q4_1, m));
     const uint8_t *qs = FIELD(b, td_blk_q4_1, qs);
     for (int j = 0; j < 16; j++) {
-        y[j] = d * LO(qs[j]) + m;
-        y[j + 16] = d * HI(qs[j]) + m;
+        PUT(j, d * LO(qs[j]) + m);
+        PUT(j + 16, d * HI(qs[j]) + m);
     }
 }
 
-static void dec_q5_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q5_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q5_0, d));
     uint32_t qh = rd_u32(FIELD(b, td_blk_q5_0, qh));
     const uint8_t *qs = FIELD(b, td_blk_q5_0, qs);
     for (int j = 0; j < 16; j++) {
         int q0 = LO(qs[j]) | (int)(((qh >> j) & 1) << 4);
         int q1 = HI(qs[j]) | (int)(((qh >> (j + 16)) & 1) << 4);
-        y[j] = d * (q0 - 16);
-        y[j + 16] = d * (q1 - 16);
+        PUT(j, d * (q0 - 16));
+        PUT(j + 16, d * (q1 - 16));
     }
 }
 
-static void dec_q5_1(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q5_1(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q5_1, d));
     double m = rd_f16(FIELD(b, td_blk_q5_1, m));
     uint32_t qh = rd_u32(FIELD(b, td_blk_q5_1, qh));
@@ -206,54 +221,54 @@ static void dec_q5_1(const uint8_t *b, double *y) {
     for (int j = 0; j < 16; j++) {
         int q0 = LO(qs[j]) | (int)(((qh >> j) & 1) << 4);
         int q1 = HI(qs[j]) | (int)(((qh >> (j + 16)) & 1) << 4);
-        y[j] = d * q0 + m;
-        y[j + 16] = d * q1 + m;
+        PUT(j, d * q0 + m);
+        PUT(j + 16, d * q1 + m);
     }
 }
 
-static void dec_q8_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q8_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q8_0, d));
     const int8_t *qs = (const int8_t *)FIELD(b, td_blk_q8_0, qs);
-    for (int j = 0; j < 32; j++) y[j] = d * qs[j];
+    for (int j = 0; j < 32; j++) PUT(j, d * qs[j]);
 }
 
-static void dec_q1_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q1_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q1_0, d));
     const uint8_t *qs = FIELD(b, td_blk_q1_0, qs);
-    for (int j = 0; j < 128; j++) y[j] = ((qs[j / 8] >> (j % 8)) & 1) ? d : -d;
+    for (int j = 0; j < 128; j++) PUT(j, ((qs[j / 8] >> (j % 8)) & 1) ? d : -d);
 }
 
-static void dec_q2_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q2_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q2_0, d));
     const uint8_t *qs = FIELD(b, td_blk_q2_0, qs);
-    for (int j = 0; j < 64; j++) y[j] = d * (((qs[j / 4] >> (2 * (j % 4))) & 3) - 1);
+    for (int j = 0; j < 64; j++) PUT(j, d * (((qs[j / 4] >> (2 * (j % 4))) & 3) - 1));
 }
 
 /* doubled E2M1 values, so that every entry is an integer */
 static const int8_t k_fp4[16] = {0, 1, 2, 3, 4, 6, 8, 12, 0, -1, -2, -3, -4, -6, -8, -12};
 
-static void dec_mxfp4(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_mxfp4(const uint8_t *b, double *y, float *yf) {
     double d = ldexp(1.0, (int)b[offsetof(td_blk_mxfp4, e)] - 128);
     const uint8_t *qs = FIELD(b, td_blk_mxfp4, qs);
     for (int j = 0; j < 16; j++) {
-        y[j] = d * k_fp4[LO(qs[j])];
-        y[j + 16] = d * k_fp4[HI(qs[j])];
+        PUT(j, d * k_fp4[LO(qs[j])]);
+        PUT(j + 16, d * k_fp4[HI(qs[j])]);
     }
 }
 
 static const int8_t k_iq4nl[16] = {-127, -104, -83, -65, -49, -35, -22, -10,
                                    1,    13,   25,  38,  53,  69,  89,  113};
 
-static void dec_iq4_nl(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_iq4_nl(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_iq4_nl, d));
     const uint8_t *qs = FIELD(b, td_blk_iq4_nl, qs);
     for (int j = 0; j < 16; j++) {
-        y[j] = d * k_iq4nl[LO(qs[j])];
-        y[j + 16] = d * k_iq4nl[HI(qs[j])];
+        PUT(j, d * k_iq4nl[LO(qs[j])]);
+        PUT(j + 16, d * k_iq4nl[HI(qs[j])]);
     }
 }
 
-static void dec_iq4_xs(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_iq4_xs(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_iq4_xs, d));
     unsigned sh = rd_u16(FIELD(b, td_blk_iq4_xs, scales_h));
     const uint8_t *sl = FIELD(b, td_blk_iq4_xs, scales_l);
@@ -262,13 +277,13 @@ static void dec_iq4_xs(const uint8_t *b, double *y) {
         int ls = ((sl[s / 2] >> (4 * (s % 2))) & 0xF) | (int)(((sh >> (2 * s)) & 3) << 4);
         double dl = d * (ls - 32);
         for (int j = 0; j < 16; j++) {
-            y[32 * s + j] = dl * k_iq4nl[LO(qs[16 * s + j])];
-            y[32 * s + 16 + j] = dl * k_iq4nl[HI(qs[16 * s + j])];
+            PUT(32 * s + j, dl * k_iq4nl[LO(qs[16 * s + j])]);
+            PUT(32 * s + 16 + j, dl * k_iq4nl[HI(qs[16 * s + j])]);
         }
     }
 }
 
-static void dec_q2_k(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q2_k(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q2_k, d));
     double dmin = rd_f16(FIELD(b, td_blk_q2_k, dmin));
     const uint8_t *sc = FIELD(b, td_blk_q2_k, scales);
@@ -281,12 +296,12 @@ static void dec_q2_k(const uint8_t *b, double *y) {
                 double dl = d * LO(s), ml = dmin * HI(s);
                 for (int l = 0; l < 16; l++) {
                     int q = (qs[32 * h + 16 * k + l] >> (2 * j)) & 3;
-                    y[128 * h + 32 * j + 16 * k + l] = dl * q - ml;
+                    PUT(128 * h + 32 * j + 16 * k + l, dl * q - ml);
                 }
             }
 }
 
-static void dec_q3_k(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q3_k(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q3_k, d));
     const uint8_t *hm = FIELD(b, td_blk_q3_k, hmask);
     const uint8_t *qs = FIELD(b, td_blk_q3_k, qs);
@@ -304,7 +319,7 @@ static void dec_q3_k(const uint8_t *b, double *y) {
                 for (int l = 0; l < 16; l++) {
                     int q2 = (qs[32 * h + 16 * k + l] >> (2 * j)) & 3;
                     int hb = (hm[16 * k + l] >> (4 * h + j)) & 1;
-                    y[128 * h + 32 * j + 16 * k + l] = dl * (q2 - (hb ? 0 : 4));
+                    PUT(128 * h + 32 * j + 16 * k + l, dl * (q2 - (hb ? 0 : 4)));
                 }
             }
 }
@@ -321,7 +336,7 @@ static void unpack_k_scales(const uint8_t *s, int sc[8], int mn[8]) {
     }
 }
 
-static void dec_q4_k(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q4_k(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q4_k, d));
     double dmin = rd_f16(FIELD(b, td_blk_q4_k, dmin));
     const uint8_t *qs = FIELD(b, td_blk_q4_k, qs);
@@ -331,13 +346,13 @@ static void dec_q4_k(const uint8_t *b, double *y) {
         double d0 = d * sc[2 * c], m0 = dmin * mn[2 * c];
         double d1 = d * sc[2 * c + 1], m1 = dmin * mn[2 * c + 1];
         for (int l = 0; l < 32; l++) {
-            y[64 * c + l] = d0 * LO(qs[32 * c + l]) - m0;
-            y[64 * c + 32 + l] = d1 * HI(qs[32 * c + l]) - m1;
+            PUT(64 * c + l, d0 * LO(qs[32 * c + l]) - m0);
+            PUT(64 * c + 32 + l, d1 * HI(qs[32 * c + l]) - m1);
         }
     }
 }
 
-static void dec_q5_k(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q5_k(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q5_k, d));
     double dmin = rd_f16(FIELD(b, td_blk_q5_k, dmin));
     const uint8_t *qh = FIELD(b, td_blk_q5_k, qh);
@@ -350,13 +365,13 @@ static void dec_q5_k(const uint8_t *b, double *y) {
         for (int l = 0; l < 32; l++) {
             int q0 = LO(qs[32 * c + l]) + 16 * ((qh[l] >> (2 * c)) & 1);
             int q1 = HI(qs[32 * c + l]) + 16 * ((qh[l] >> (2 * c + 1)) & 1);
-            y[64 * c + l] = d0 * q0 - m0;
-            y[64 * c + 32 + l] = d1 * q1 - m1;
+            PUT(64 * c + l, d0 * q0 - m0);
+            PUT(64 * c + 32 + l, d1 * q1 - m1);
         }
     }
 }
 
-static void dec_q6_k(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q6_k(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_q6_k, d));
     const uint8_t *ql = FIELD(b, td_blk_q6_k, ql);
     const uint8_t *qh = FIELD(b, td_blk_q6_k, qh);
@@ -364,35 +379,35 @@ static void dec_q6_k(const uint8_t *b, double *y) {
     for (int h = 0; h < 2; h++) {
         const uint8_t *L = ql + 64 * h, *H = qh + 32 * h;
         const int8_t *S = sc + 8 * h;
-        double *o = y + 128 * h;
+        const int o = 128 * h;
         for (int l = 0; l < 32; l++) {
             int t = l / 16;
             int q1 = (LO(L[l]) | (((H[l] >> 0) & 3) << 4)) - 32;
             int q2 = (LO(L[l + 32]) | (((H[l] >> 2) & 3) << 4)) - 32;
             int q3 = (HI(L[l]) | (((H[l] >> 4) & 3) << 4)) - 32;
             int q4 = (HI(L[l + 32]) | (((H[l] >> 6) & 3) << 4)) - 32;
-            o[l] = d * S[t + 0] * q1;
-            o[l + 32] = d * S[t + 2] * q2;
-            o[l + 64] = d * S[t + 4] * q3;
-            o[l + 96] = d * S[t + 6] * q4;
+            PUT(o + l, d * S[t + 0] * q1);
+            PUT(o + l + 32, d * S[t + 2] * q2);
+            PUT(o + l + 64, d * S[t + 4] * q3);
+            PUT(o + l + 96, d * S[t + 6] * q4);
         }
     }
 }
 
-static void dec_q8_k(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_q8_k(const uint8_t *b, double *y, float *yf) {
     float df;
     memcpy(&df, FIELD(b, td_blk_q8_k, d), 4);
     double d = df;
     const int8_t *qs = (const int8_t *)FIELD(b, td_blk_q8_k, qs);
-    for (int j = 0; j < TD_QK_K; j++) y[j] = d * qs[j];
+    for (int j = 0; j < TD_QK_K; j++) PUT(j, d * qs[j]);
 }
 
-static void dec_tq2_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_tq2_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_tq2_0, d));
     const uint8_t *qs = FIELD(b, td_blk_tq2_0, qs);
     for (int c = 0; c < 2; c++)
         for (int s = 0; s < 4; s++)
-            for (int m = 0; m < 32; m++) y[128 * c + 32 * s + m] = d * (((qs[32 * c + m] >> (2 * s)) & 3) - 1);
+            for (int m = 0; m < 32; m++) PUT(128 * c + 32 * s + m, d * (((qs[32 * c + m] >> (2 * s)) & 3) - 1));
 }
 
 /* n-th base-3 digit of a fixed-point trit byte: floor(3 * ((b * 3^n) mod 256) / 256) */
@@ -402,41 +417,64 @@ static inline int trit(uint8_t b, int n) {
     return (v * 3) >> 8;
 }
 
-static void dec_tq1_0(const uint8_t *b, double *y) {
+static DEC_INLINE void dec_tq1_0(const uint8_t *b, double *y, float *yf) {
     double d = rd_f16(FIELD(b, td_blk_tq1_0, d));
     const uint8_t *qs = FIELD(b, td_blk_tq1_0, qs);
     const uint8_t *qh = FIELD(b, td_blk_tq1_0, qh);
     for (int n = 0; n < 5; n++)
-        for (int m = 0; m < 32; m++) y[32 * n + m] = d * (trit(qs[m], n) - 1);
+        for (int m = 0; m < 32; m++) PUT(32 * n + m, d * (trit(qs[m], n) - 1));
     for (int n = 0; n < 5; n++)
-        for (int m = 0; m < 16; m++) y[160 + 16 * n + m] = d * (trit(qs[32 + m], n) - 1);
+        for (int m = 0; m < 16; m++) PUT(160 + 16 * n + m, d * (trit(qs[32 + m], n) - 1));
     for (int n = 0; n < 4; n++)
-        for (int m = 0; m < 4; m++) y[240 + 4 * n + m] = d * (trit(qh[m], n) - 1);
+        for (int m = 0; m < 4; m++) PUT(240 + 4 * n + m, d * (trit(qh[m], n) - 1));
 }
 
 typedef void (*block_dec_fn)(const uint8_t *b, double *y);
+typedef void (*block_dec32_fn)(const uint8_t *b, float *y);
+
+#define DEC_PAIR(name)                                                       \
+    static void name##_64(const uint8_t *b, double *y) { name(b, y, NULL); } \
+    static void name##_32(const uint8_t *b, float *y) { name(b, NULL, y); }
+DEC_PAIR(dec_q4_0)
+DEC_PAIR(dec_q4_1)
+DEC_PAIR(dec_q5_0)
+DEC_PAIR(dec_q5_1)
+DEC_PAIR(dec_q8_0)
+DEC_PAIR(dec_q1_0)
+DEC_PAIR(dec_q2_0)
+DEC_PAIR(dec_mxfp4)
+DEC_PAIR(dec_iq4_nl)
+DEC_PAIR(dec_iq4_xs)
+DEC_PAIR(dec_q2_k)
+DEC_PAIR(dec_q3_k)
+DEC_PAIR(dec_q4_k)
+DEC_PAIR(dec_q5_k)
+DEC_PAIR(dec_q6_k)
+DEC_PAIR(dec_q8_k)
+DEC_PAIR(dec_tq1_0)
+DEC_PAIR(dec_tq2_0)
 
 /* decoders of the block types (block_size > 1); plain types are handled inline */
 static block_dec_fn block_decoder(int type_id) {
     switch (type_id) {
-    case TD_TYPE_Q4_0: return dec_q4_0;
-    case TD_TYPE_Q4_1: return dec_q4_1;
-    case TD_TYPE_Q5_0: return dec_q5_0;
-    case TD_TYPE_Q5_1: return dec_q5_1;
-    case TD_TYPE_Q8_0: return dec_q8_0;
-    case TD_TYPE_Q1_0: return dec_q1_0;
-    case TD_TYPE_Q2_0: return dec_q2_0;
-    case TD_TYPE_MXFP4: return dec_mxfp4;
-    case TD_TYPE_IQ4_NL: return dec_iq4_nl;
-    case TD_TYPE_IQ4_XS: return dec_iq4_xs;
-    case TD_TYPE_Q2_K: return dec_q2_k;
-    case TD_TYPE_Q3_K: return dec_q3_k;
-    case TD_TYPE_Q4_K: return dec_q4_k;
-    case TD_TYPE_Q5_K: return dec_q5_k;
-    case TD_TYPE_Q6_K: return dec_q6_k;
-    case TD_TYPE_Q8_K: return dec_q8_k;
-    case TD_TYPE_TQ1_0: return dec_tq1_0;
-    case TD_TYPE_TQ2_0: return dec_tq2_0;
+    case TD_TYPE_Q4_0: return dec_q4_0_64;
+    case TD_TYPE_Q4_1: return dec_q4_1_64;
+    case TD_TYPE_Q5_0: return dec_q5_0_64;
+    case TD_TYPE_Q5_1: return dec_q5_1_64;
+    case TD_TYPE_Q8_0: return dec_q8_0_64;
+    case TD_TYPE_Q1_0: return dec_q1_0_64;
+    case TD_TYPE_Q2_0: return dec_q2_0_64;
+    case TD_TYPE_MXFP4: return dec_mxfp4_64;
+    case TD_TYPE_IQ4_NL: return dec_iq4_nl_64;
+    case TD_TYPE_IQ4_XS: return dec_iq4_xs_64;
+    case TD_TYPE_Q2_K: return dec_q2_k_64;
+    case TD_TYPE_Q3_K: return dec_q3_k_64;
+    case TD_TYPE_Q4_K: return dec_q4_k_64;
+    case TD_TYPE_Q5_K: return dec_q5_k_64;
+    case TD_TYPE_Q6_K: return dec_q6_k_64;
+    case TD_TYPE_Q8_K: return dec_q8_k_64;
+    case TD_TYPE_TQ1_0: return dec_tq1_0_64;
+    case TD_TYPE_TQ2_0: return dec_tq2_0_64;
     case TD_TYPE_IQ2_XXS: return td_blk_dec_iq2_xxs;
     case TD_TYPE_IQ2_XS: return td_blk_dec_iq2_xs;
     case TD_TYPE_IQ2_S: return td_blk_dec_iq2_s;
@@ -445,6 +483,32 @@ static block_dec_fn block_decoder(int type_id) {
     case TD_TYPE_IQ1_S: return td_blk_dec_iq1_s;
     case TD_TYPE_IQ1_M: return td_blk_dec_iq1_m;
     case TD_TYPE_NVFP4: return td_blk_dec_nvfp4;
+    default: return NULL;
+    }
+}
+
+/* the one-pass float decoders; NULL for the types (the IQ grids, NVFP4) whose
+ * shared block decoders (blocks.h) only produce doubles */
+static block_dec32_fn block_decoder32(int type_id) {
+    switch (type_id) {
+    case TD_TYPE_Q4_0: return dec_q4_0_32;
+    case TD_TYPE_Q4_1: return dec_q4_1_32;
+    case TD_TYPE_Q5_0: return dec_q5_0_32;
+    case TD_TYPE_Q5_1: return dec_q5_1_32;
+    case TD_TYPE_Q8_0: return dec_q8_0_32;
+    case TD_TYPE_Q1_0: return dec_q1_0_32;
+    case TD_TYPE_Q2_0: return dec_q2_0_32;
+    case TD_TYPE_MXFP4: return dec_mxfp4_32;
+    case TD_TYPE_IQ4_NL: return dec_iq4_nl_32;
+    case TD_TYPE_IQ4_XS: return dec_iq4_xs_32;
+    case TD_TYPE_Q2_K: return dec_q2_k_32;
+    case TD_TYPE_Q3_K: return dec_q3_k_32;
+    case TD_TYPE_Q4_K: return dec_q4_k_32;
+    case TD_TYPE_Q5_K: return dec_q5_k_32;
+    case TD_TYPE_Q6_K: return dec_q6_k_32;
+    case TD_TYPE_Q8_K: return dec_q8_k_32;
+    case TD_TYPE_TQ1_0: return dec_tq1_0_32;
+    case TD_TYPE_TQ2_0: return dec_tq2_0_32;
     default: return NULL;
     }
 }
@@ -525,13 +589,18 @@ int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_er
         return TD_OK;
     default: break;
     }
+    int64_t nb = n / t->block_size;
+    block_dec32_fn f32 = block_decoder32(type_id);
+    if (f32) {
+        for (int64_t i = 0; i < nb; i++) f32(p + i * t->block_bytes, dst + i * t->block_size);
+        return TD_OK;
+    }
     /* exact block values first, one rounding to float after: the f32 row is
      * by construction (float) of the f64 row */
     block_dec_fn fn = block_decoder(type_id);
     TD_ASSERT(fn);
     double y[TD_QK_K]; /* the largest block */
     TD_ASSERT(t->block_size <= TD_QK_K);
-    int64_t nb = n / t->block_size;
     for (int64_t i = 0; i < nb; i++) {
         fn(p + i * t->block_bytes, y);
         float *o = dst + i * t->block_size;

@@ -774,6 +774,59 @@ static real softplus(real z) {
     return z > 20 ? z : R_LOG(1 + R_EXP(z)); // llama.cpp's threshold: beyond it ln(1+e^z) = z in f32
 }
 
+/* The per-channel conv and the per-head delta rule of a GDN block, split
+ * between the pool's workers: channels (heads) are independent, and each
+ * one still runs its tokens in order, so the split never changes a bit. */
+typedef struct gdn_job {
+    ref_backend *r;
+    const td_gdn_parts *G;
+    int64_t T, C, KD, VD, Kc, Hk, Hv, dk, rr;
+    real *cs, *S;
+    int *rc;     // (n_workers)
+    td_err *err; // (n_workers)
+} gdn_job;
+
+/* window [state ; m_t] of channel ch, then shift */
+static void gdn_conv_worker(void *ctx, int w, int nw) {
+    const gdn_job *j = ctx;
+    ref_acts *a = &j->r->a;
+    const int64_t C = j->C, KD = j->KD, VD = j->VD, Kc = j->Kc;
+    real *row = j->r->row + (int64_t)w * j->r->max_in;
+    j->rc[w] = TD_OK;
+    for (int64_t ch = C * w / nw; ch < C * (w + 1) / nw; ch++) {
+        int rc = REAL_DECODE_ROW(j->G->conv, (uint64_t)ch, row, &j->err[w]); // K taps, oldest first
+        if (rc) {
+            j->rc[w] = rc;
+            return;
+        }
+        real *st = j->cs + ch * (Kc - 1);
+        for (int64_t t = 0; t < j->T; t++) {
+            const real u = a->m[t * C + ch];
+            real y = row[Kc - 1] * u;
+            for (int64_t k = 0; k < Kc - 1; k++) y += row[k] * st[k];
+            for (int64_t k = 0; k + 1 < Kc - 1; k++) st[k] = st[k + 1];
+            if (Kc > 1) st[Kc - 2] = u;
+            y = y / (1 + R_EXP(-y)); // silu
+            if (ch < KD) a->cq[t * KD + ch] = y;
+            else if (ch < 2 * KD) a->ck[t * KD + ch - KD] = y;
+            else a->cv[t * VD + ch - 2 * KD] = y;
+        }
+    }
+}
+
+static void gdn_delta_worker(void *ctx, int w, int nw) {
+    const gdn_job *j = ctx;
+    ref_acts *a = &j->r->a;
+    const int64_t Hk = j->Hk, Hv = j->Hv, dk = j->dk;
+    for (int64_t h = Hv * w / nw; h < Hv * (w + 1) / nw; h++) {
+        const int64_t g = h / j->rr; // value head h reads key head h / r
+        for (int64_t t = 0; t < j->T; t++)
+            FN(gdn_step)(j->S + h * dk * dk, a->core + (t * Hv + h) * dk, a->qn + (t * Hk + g) * dk,
+                         a->kn + (t * Hk + g) * dk, a->cv + (t * Hv + h) * dk, a->gam[t * Hv + h],
+                         a->beta[t * Hv + h], dk);
+    }
+}
+
 /* Gated DeltaNet sub-block of layer l (arch-qwen3next.md §4.2): a->x (T, E) ->
  * a->proj (T, E). The definition: every token runs the conv and the delta
  * rule in order, prefill and decode alike; the conv and recurrent state carry
@@ -808,22 +861,18 @@ static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
     tap2(sink, l, "ssm_beta", a->beta, T, Hv);
     tap2(sink, l, "ssm_gate", a->gam, T, Hv);
 
-    // causal depthwise conv (primitives §6): window [state ; m_t], then shift
+    // causal depthwise conv (primitives §6), channels split between workers
     real *cs = r->conv_state[l]; // (C, K-1)
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t ch = 0; ch < C; ch++) {
-            if ((rc = REAL_DECODE_ROW(G->conv, (uint64_t)ch, r->row, err))) return rc; // K taps, oldest first
-            real *st = cs + ch * (Kc - 1);
-            const real u = a->m[t * C + ch];
-            real y = r->row[Kc - 1] * u;
-            for (int64_t k = 0; k < Kc - 1; k++) y += r->row[k] * st[k];
-            for (int64_t k = 0; k + 1 < Kc - 1; k++) st[k] = st[k + 1];
-            if (Kc > 1) st[Kc - 2] = u;
-            y = y / (1 + R_EXP(-y)); // silu
-            if (ch < KD) a->cq[t * KD + ch] = y;
-            else if (ch < 2 * KD) a->ck[t * KD + ch - KD] = y;
-            else a->cv[t * VD + ch - 2 * KD] = y;
-        }
+    {
+        gdn_job j = {.r = r, .G = G, .T = T, .C = C, .KD = KD, .VD = VD, .Kc = Kc, .cs = cs,
+                     .rc = r->mm_rc, .err = r->mm_err};
+        td_ref_pool_run(r->pool, gdn_conv_worker, &j);
+        for (int w = 0; w < td_ref_pool_size(r->pool); w++) // the first failing range, as one thread would report it
+            if (r->mm_rc[w]) {
+                if (err) *err = r->mm_err[w];
+                return r->mm_rc[w];
+            }
+    }
     tap2(sink, l, "ssm_q", a->cq, T, KD);
     tap2(sink, l, "ssm_k", a->ck, T, KD);
     tap2(sink, l, "ssm_v", a->cv, T, VD);
@@ -837,13 +886,10 @@ static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
         FN(l2norm)(a->kn + i * dk, dk, eps);
     }
     real *S = r->ssm_state[l]; // (Hv, dk [value j], dk [key i])
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < Hv; h++) {
-            const int64_t g = h / rr; // value head h reads key head h / r
-            FN(gdn_step)(S + h * dk * dk, a->core + (t * Hv + h) * dk, a->qn + (t * Hk + g) * dk,
-                         a->kn + (t * Hk + g) * dk, a->cv + (t * Hv + h) * dk, a->gam[t * Hv + h],
-                         a->beta[t * Hv + h], dk);
-        }
+    {
+        gdn_job j = {.r = r, .T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .rr = rr, .S = S};
+        td_ref_pool_run(r->pool, gdn_delta_worker, &j);
+    }
     tap2(sink, l, "ssm_core", a->core, T, VD);
     {
         const int64_t shape[3] = {Hv, dk, dk};

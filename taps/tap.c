@@ -63,6 +63,7 @@ struct td_tap_sink {
     int n_patterns;   // 0 = every tap has data (full mode)
     hid_t fapl;
     hid_t str_type;   // variable-length UTF-8 string
+    hid_t scalar;     // a scalar dataspace, for the taps' attributes
     hid_t file;       // H5I_INVALID_HID only after a failed reopen
     hid_t steps;      // "/steps"
     hid_t step;       // the open step, H5I_INVALID_HID between steps
@@ -184,6 +185,18 @@ out:
     return rc;
 }
 
+// A new attribute on an object created by this writer a moment ago (so no
+// existing one to replace), on a dataspace the caller keeps: a tap's
+// attributes are most of the cost of a fingerprint-only tap.
+static herr_t attr_new(hid_t obj, const char *name, hid_t ftype, hid_t mtype, hid_t space, const void *buf) {
+    herr_t rc = 0;
+    hid_t attr;
+    if (!H5OK(attr = H5Acreate2(obj, name, ftype, space, H5P_DEFAULT, H5P_DEFAULT))) return -1;
+    if (!H5OK(H5Awrite(attr, mtype, buf))) rc = -1;
+    if (!H5OK(H5Aclose(attr))) rc = -1;
+    return rc;
+}
+
 static herr_t attr_put_str(hid_t str_type, hid_t obj, const char *name, const char *value) {
     return attr_put(obj, name, str_type, str_type, 0, &value);
 }
@@ -196,14 +209,6 @@ static herr_t attr_put_i32(hid_t obj, const char *name, int32_t v) {
     return attr_put(obj, name, H5T_STD_I32LE, H5T_NATIVE_INT32, 0, &v);
 }
 
-static herr_t attr_put_u64(hid_t obj, const char *name, uint64_t v) {
-    return attr_put(obj, name, H5T_STD_U64LE, H5T_NATIVE_UINT64, 0, &v);
-}
-
-static herr_t attr_put_f64(hid_t obj, const char *name, double v) {
-    return attr_put(obj, name, H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 0, &v);
-}
-
 // Overwrites the value of an attribute created earlier (same type and space).
 static herr_t attr_set(hid_t obj, const char *name, hid_t mtype, const void *buf) {
     herr_t rc = -1;
@@ -214,17 +219,25 @@ static herr_t attr_set(hid_t obj, const char *name, hid_t mtype, const void *buf
     return rc;
 }
 
-static herr_t tap_attrs(hid_t str_type, hid_t dset, int64_t seq, int32_t layer, td_dtype dt, int ndim,
+// The attributes of a tap's new dataset; sc: a scalar dataspace.
+static herr_t tap_attrs(hid_t str_type, hid_t sc, hid_t dset, int64_t seq, int32_t layer, td_dtype dt, int ndim,
                         const int64_t *shape, int has_data, const td_fingerprint *fp) {
-    if (attr_put_i64(dset, "seq", seq) < 0 || attr_put_i32(dset, "layer", layer) < 0 ||
-        attr_put_str(str_type, dset, "dtype", td_dtype_name(dt)) < 0 ||
+    const char *dtn = td_dtype_name(dt);
+    const int32_t hd = has_data;
+    if (attr_new(dset, "seq", H5T_STD_I64LE, H5T_NATIVE_INT64, sc, &seq) < 0 ||
+        attr_new(dset, "layer", H5T_STD_I32LE, H5T_NATIVE_INT32, sc, &layer) < 0 ||
+        attr_new(dset, "dtype", str_type, str_type, sc, &dtn) < 0 ||
         attr_put(dset, "shape", H5T_STD_I64LE, H5T_NATIVE_INT64, (hsize_t)ndim, shape) < 0 ||
-        attr_put_i32(dset, "has_data", has_data) < 0 || attr_put_u64(dset, "fp_count", fp->count) < 0 ||
-        attr_put_u64(dset, "fp_nonfinite", fp->n_nonfinite) < 0 ||
-        attr_put_u64(dset, "fp_nonzero", fp->n_nonzero) < 0 || attr_put_f64(dset, "fp_min", fp->min) < 0 ||
-        attr_put_f64(dset, "fp_max", fp->max) < 0 || attr_put_f64(dset, "fp_maxabs", fp->max_abs) < 0 ||
-        attr_put_f64(dset, "fp_sum", fp->sum) < 0 || attr_put_f64(dset, "fp_sumabs", fp->sum_abs) < 0 ||
-        attr_put_f64(dset, "fp_sumsq", fp->sum_sq) < 0 ||
+        attr_new(dset, "has_data", H5T_STD_I32LE, H5T_NATIVE_INT32, sc, &hd) < 0 ||
+        attr_new(dset, "fp_count", H5T_STD_U64LE, H5T_NATIVE_UINT64, sc, &fp->count) < 0 ||
+        attr_new(dset, "fp_nonfinite", H5T_STD_U64LE, H5T_NATIVE_UINT64, sc, &fp->n_nonfinite) < 0 ||
+        attr_new(dset, "fp_nonzero", H5T_STD_U64LE, H5T_NATIVE_UINT64, sc, &fp->n_nonzero) < 0 ||
+        attr_new(dset, "fp_min", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sc, &fp->min) < 0 ||
+        attr_new(dset, "fp_max", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sc, &fp->max) < 0 ||
+        attr_new(dset, "fp_maxabs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sc, &fp->max_abs) < 0 ||
+        attr_new(dset, "fp_sum", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sc, &fp->sum) < 0 ||
+        attr_new(dset, "fp_sumabs", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sc, &fp->sum_abs) < 0 ||
+        attr_new(dset, "fp_sumsq", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, sc, &fp->sum_sq) < 0 ||
         attr_put(dset, "fp_first", H5T_IEEE_F64LE, H5T_NATIVE_DOUBLE, 4, fp->first) < 0)
         return -1;
     return 0;
@@ -284,6 +297,7 @@ static herr_t file_close(td_tap_sink *s) {
 
 static void sink_free(td_tap_sink *s) {
     if (s->str_type >= 0) H5Tclose(s->str_type);
+    if (s->scalar >= 0) H5Sclose(s->scalar);
     if (s->fapl >= 0) H5Pclose(s->fapl);
     free(s->patterns);
     free(s->filter_buf);
@@ -333,13 +347,15 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
     s->compress = o.compress;
     s->filter = td_xstrdup(o.filter ? o.filter : "");
     filter_parse(s);
-    s->fapl = s->str_type = s->file = s->steps = s->step = H5I_INVALID_HID;
+    s->fapl = s->str_type = s->scalar = s->file = s->steps = s->step = H5I_INVALID_HID;
 
     const char *what;
     char *tmp = NULL;
     hid_t fcpl = H5I_INVALID_HID;
     what = "set up HDF5 file access";
     if ((s->fapl = make_fapl()) < 0) goto fail;
+    what = "make a scalar dataspace";
+    if (!H5OK(s->scalar = H5Screate(H5S_SCALAR))) goto fail;
     what = "make the HDF5 string type";
     if (!H5OK(s->str_type = H5Tcopy(H5T_C_S1)) || !H5OK(H5Tset_size(s->str_type, H5T_VARIABLE)) ||
         !H5OK(H5Tset_cset(s->str_type, H5T_CSET_UTF8)))
@@ -660,7 +676,7 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
         goto close_dcpl;
     if (has_data && count > 0 && !H5OK(H5Dwrite(dset, mem_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data)))
         goto close_dset;
-    if (tap_attrs(s->str_type, dset, s->seq, layer_attr, dtype, ndim, shape, has_data, &fp) < 0) goto close_dset;
+    if (tap_attrs(s->str_type, s->scalar, dset, s->seq, layer_attr, dtype, ndim, shape, has_data, &fp) < 0) goto close_dset;
     ok = 1;
 close_dset:
     if (!H5OK(H5Dclose(dset))) ok = 0;

@@ -169,6 +169,7 @@ typedef struct cpu_backend {
     td_cpu_kernels k;
     td_cpu_pool *pool;
     int n_threads;
+    int state_ops;   // snapshots of the GDN state are kept: opened for n_seq > 1, or a state operation came
     int fault;       // td_fault (faults.h); TD_FAULT_NONE = 0 in every normal run
     int64_t n_fwd;   // forwards since open/reset: the step index stale_token counts
     int act_q8;      // profile "act-q8": matmul inputs rounded as llama.cpp's CPU path does
@@ -552,12 +553,6 @@ static void in_prepare(cpu_backend *b, cpu_in *in, int64_t r0, int64_t rows) {
     run_rows(b, &j);
 }
 
-/* YaRN correction dimension for beta rotations (primitives §2.3) */
-static double yarn_corr_dim(double beta, const td_hparams *hp) {
-    return (double)hp->rope_dims * log((double)hp->rope_n_ctx_orig / (2 * M_PI * beta)) /
-           (2 * log((double)hp->rope_base));
-}
-
 /* rope_c/rope_s (T, R/2) = m*cos(theta), m*sin(theta) of each token's
  * angles, in double then rounded once (primitives §2, §2.3) */
 /* R: the rotated dims (all D under rope_partial_all_dims) */
@@ -566,37 +561,7 @@ static int64_t rope_span(const cpu_backend *b) {
 }
 
 static void rope_tables(cpu_backend *b, int64_t T, int64_t pos0) {
-    const td_hparams *hp = &b->hp;
-    const int64_t half = rope_span(b) / 2;
-    const int yarn = hp->rope_scaling == TD_ROPE_SCALING_YARN;
-    const double freq_scale = hp->rope_scaling == TD_ROPE_SCALING_NONE ? 1.0 : (double)hp->rope_freq_scale;
-    double m = hp->rope_attn_factor, lo = 0, hi = 0;
-    if (yarn) {
-        const double factor = 1 / freq_scale;
-        if (factor > 1) m *= 1 + 0.1 * log(factor);
-        lo = floor(yarn_corr_dim(32, hp)); // beta_fast
-        if (lo < 0) lo = 0;
-        hi = ceil(yarn_corr_dim(1, hp)); // beta_slow
-        if (hi > (double)(hp->rope_dims - 1)) hi = (double)(hp->rope_dims - 1);
-    }
-    for (int64_t i = 0; i < half; i++) {
-        const double omega = pow((double)hp->rope_base, -(double)(2 * i) / (double)rope_span(b));
-        double mix = 0;
-        if (yarn) {
-            const double span = hi - lo < 0.001 ? 0.001 : hi - lo;
-            double r = ((double)i - lo) / span;
-            r = r < 0 ? 0 : r > 1 ? 1 : r;
-            mix = 1 - r;
-        }
-        for (int64_t t = 0; t < T; t++) {
-            double extrap = (double)(pos0 + t) * omega;
-            if (b->rope_ff) extrap /= b->rope_ff[i];
-            const double interp = freq_scale * extrap;
-            const double theta = yarn ? interp * (1 - mix) + extrap * mix : interp;
-            b->a.rope_c[t * half + i] = (float)(m * cos(theta));
-            b->a.rope_s[t * half + i] = (float)(m * sin(theta));
-        }
-    }
+    td_fwd_rope_tables(&b->hp, rope_span(b), b->rope_ff, T, pos0, b->a.rope_c, b->a.rope_s);
 }
 
 /* rotates x (T, n_heads*D) in place with the tables */
@@ -1167,8 +1132,11 @@ static void rs_ensure(const cpu_backend *b, cpu_seq *s) {
 
 /* Before a forward from pos0: keep the state a rollback to pos0 restores. */
 static void rs_snapshot(const cpu_backend *b, cpu_seq *s, int64_t pos0) {
+    // a single sequence that no state operation touched never rolls back:
+    // a copy of the whole state per forward would be pure cost
     if (!b->rs_n) return;
     rs_ensure(b, s);
+    if (!b->state_ops) return;
     const int i = (int)(pos0 % CPU_SNAPS);
     memcpy(s->snap + i * b->rs_n, s->rs, (size_t)b->rs_n * sizeof(float));
     s->snap_pos[i] = pos0;
@@ -1260,6 +1228,7 @@ static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
     if (rc) return rc;
     if (p0 < 0) return td_err_set(err, TD_EINPUT, NAME ": rollback to position %lld", (long long)p0);
     cpu_seq *s = &b->seqs[seq];
+    b->state_ops = 1;
     if (p0 >= s->n_past) return TD_OK;
     // recurrent state: zero for p0 = 0, else a snapshot taken at p0 (refused, with nothing changed, without one)
     const int slot = (int)(p0 % CPU_SNAPS);
@@ -1267,7 +1236,8 @@ static int cpu_seq_rm(td_backend *base, int seq, int64_t p0, td_err *err) {
         return td_err_set(err, TD_SKIP,
                           NAME ": sequence %d: rollback from %lld to position %lld needs the recurrent (GDN) state "
                           "there, and this arm keeps it only where one of the last %d positions' forwards started "
-                          "(not inside a multi-token forward)",
+                          "(not inside a multi-token forward; from the first state operation on when opened for "
+                          "one sequence)",
                           seq, (long long)s->n_past, (long long)p0, CPU_SNAPS);
     if (s->rs && b->fault != TD_FAULT_GDN_ROLLBACK_STALE) {
         if (p0 == 0) memset(s->rs, 0, (size_t)b->rs_n * sizeof(float));
@@ -1290,6 +1260,7 @@ static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
     int rc = seq_check(src, err);
     if (!rc) rc = seq_check(dst, err);
     if (rc || src == dst) return rc;
+    b->state_ops = 1;
     cpu_seq *s = &b->seqs[src], *d = &b->seqs[dst];
     if (s->n_kv) kv_ensure(b, d, s->n_kv);
     const size_t row = (size_t)b->hp.n_head_kv * b->hp.head_dim;
@@ -1556,6 +1527,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
 
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     b->n_threads = p && p->threads > 0 ? p->threads : ncpu > 0 ? (int)ncpu : 1;
+    b->state_ops = p && p->n_seq > 1;
     b->pool = td_cpu_pool_new(b->n_threads);
     if (!b->pool) {
         cpu_close(&b->base);

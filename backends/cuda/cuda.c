@@ -212,47 +212,11 @@ static void tap_dev(cuda_backend *b, td_tap_sink *s, int layer, const char *name
 /* The forward                                                            */
 /* ===================================================================== */
 
-/* YaRN correction dimension for beta rotations (primitives §2.3) */
-static double yarn_corr_dim(double beta, const td_hparams *hp) {
-    return (double)hp->rope_dims * log((double)hp->rope_n_ctx_orig / (2 * M_PI * beta)) /
-           (2 * log((double)hp->rope_base));
-}
-
 /* rc/rs (T, R/2) = m cos(theta), m sin(theta) of each token's angles, in
  * double then rounded once, on the host (primitives §2, §2.3: every RoPE
  * mode and scaling is in these tables; the kernel only rotates) */
 static void rope_tables(cuda_backend *b, int64_t T, int64_t pos0) {
-    const td_hparams *hp = &b->hp;
-    const int64_t half = hp->rope_dims / 2;
-    const int yarn = hp->rope_scaling == TD_ROPE_SCALING_YARN;
-    const double freq_scale = hp->rope_scaling == TD_ROPE_SCALING_NONE ? 1.0 : (double)hp->rope_freq_scale;
-    double m = hp->rope_attn_factor, lo = 0, hi = 0;
-    if (yarn) {
-        const double factor = 1 / freq_scale;
-        if (factor > 1) m *= 1 + 0.1 * log(factor);
-        lo = floor(yarn_corr_dim(32, hp));
-        if (lo < 0) lo = 0;
-        hi = ceil(yarn_corr_dim(1, hp));
-        if (hi > (double)(hp->rope_dims - 1)) hi = (double)(hp->rope_dims - 1);
-    }
-    for (int64_t i = 0; i < half; i++) {
-        const double omega = pow((double)hp->rope_base, -(double)(2 * i) / (double)hp->rope_dims);
-        double mix = 0;
-        if (yarn) {
-            const double span = hi - lo < 0.001 ? 0.001 : hi - lo;
-            double r = ((double)i - lo) / span;
-            r = r < 0 ? 0 : r > 1 ? 1 : r;
-            mix = 1 - r;
-        }
-        for (int64_t t = 0; t < T; t++) {
-            double extrap = (double)(pos0 + t) * omega;
-            if (b->rope_ff) extrap /= b->rope_ff[i];
-            const double interp = freq_scale * extrap;
-            const double theta = yarn ? interp * (1 - mix) + extrap * mix : interp;
-            b->h_rc[t * half + i] = (float)(m * cos(theta));
-            b->h_rs[t * half + i] = (float)(m * sin(theta));
-        }
-    }
+    td_fwd_rope_tables(&b->hp, b->hp.rope_dims, b->rope_ff, T, pos0, b->h_rc, b->h_rs);
 }
 
 static void mm(const td_tensor *t, const void *W, int64_t row0, int64_t n_out, const float *x,

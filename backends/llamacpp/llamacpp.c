@@ -104,7 +104,9 @@ static const char *log_last(char *buf, size_t n) {
     pthread_mutex_lock(&g_log_mu);
     size_t len = strlen(g_log_last);
     while (len && g_log_last[len - 1] == ' ') len--;
-    snprintf(buf, n, "%.*s", (int)len, len ? g_log_last : "llama.cpp logged no error");
+    // (the precision must not apply to the fallback: "%.0s" of it is "")
+    if (len) snprintf(buf, n, "%.*s", (int)len, g_log_last);
+    else snprintf(buf, n, "llama.cpp logged no error");
     pthread_mutex_unlock(&g_log_mu);
     return buf;
 }
@@ -1244,7 +1246,10 @@ static int lc_seq_rm(td_backend *b, int seq, int64_t p0, td_err *err) {
     // the tail [p0, inf): a partial removal, which llama.cpp refuses for a
     // recurrent state without rollback snapshots: this arm cannot do it (skip)
     if (!llama_memory_seq_rm(llama_get_memory(s->lctx), seq, (llama_pos)p0, -1))
-        return td_err_set(err, TD_SKIP, "llamacpp: llama_memory_seq_rm(seq %d, %lld, -1) refused the rollback: %s",
+        return td_err_set(err, TD_SKIP,
+                          "llamacpp: llama_memory_seq_rm(seq %d, %lld, -1) refused the rollback: its recurrent memory "
+                          "keeps one state per sequence, not one per position, so it can only clear a sequence from "
+                          "position 0 (%s)",
                           seq, (long long)p0, log_last(why, sizeof why));
     td_hist *h = lc_hist(s, seq);
     const int64_t dropped = *past - p0;

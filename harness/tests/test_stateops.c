@@ -151,7 +151,7 @@ Test(stateops, llamacpp_on_recurrent_fixtures_copies_and_refuses_partial_rollbac
     const char *m = td_test_fixture(tmpdir, "qwen3next-f32");
     expect_conformant(m, "llamacpp", SCRIPT_COPY_ONLY, 0);
     expect_conformant(m, "llamacpp", "prefill; decode 2; rollback 10; prefill 3; decode 2", 0);
-    expect_refused(m, "llamacpp", "prefill; decode 2; rollback 1", "refused the rollback");
+    expect_refused(m, "llamacpp", "prefill; decode 2; rollback 1", "refused the rollback: its recurrent memory");
 }
 
 Test(stateops, llamacpp_conformant_on_fixtures_and_stories, .init = make_tmpdir, .fini = remove_tmpdir,
