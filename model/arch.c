@@ -310,14 +310,16 @@ static int bind_gated_attention(const td_binder *b, const td_hparams *hp, uint32
     return TD_OK;
 }
 
-/* post_attention_norm plays ffn_norm's role; routed MoE + gated shared expert */
-static int bind_q3n_ffn(const td_binder *b, const td_hparams *hp, uint32_t il, td_ffn_parts *f) {
+/* routed MoE + gated shared expert; qwen3next's post_attention_norm plays ffn_norm's role,
+ * qwen4exp has none (its HC mixer normalises) */
+static int bind_moe_shexp_ffn(const td_binder *b, const td_hparams *hp, uint32_t il, int with_norm,
+                              td_ffn_parts *f) {
     const uint64_t E = hp->n_embd, F = hp->n_ff, X = hp->n_expert, Fs = hp->n_ff_shexp;
     char n[96];
 #define NM(s) (snprintf(n, sizeof n, "blk.%u." s, il), n)
     TRY(td_bind_refuse(b, NM("ffn_gate_up_exps.weight"),
                        "the merged gate/up expert tensor is not supported (expected ffn_gate_exps + ffn_up_exps)"));
-    TRY(td_bind_tensor(b, NM("post_attention_norm.weight"), TD_BIND_REQ, 1, E, 0, 0, &f->norm));
+    if (with_norm) TRY(td_bind_tensor(b, NM("post_attention_norm.weight"), TD_BIND_REQ, 1, E, 0, 0, &f->norm));
     TRY(td_bind_tensor(b, NM("ffn_gate_inp.weight"), TD_BIND_REQ, 2, E, X, 0, &f->gate_inp));
     TRY(td_bind_tensor(b, NM("ffn_gate_exps.weight"), TD_BIND_REQ, 3, E, F, X, &f->gate_exps));
     TRY(td_bind_tensor(b, NM("ffn_up_exps.weight"), TD_BIND_REQ, 3, E, F, X, &f->up_exps));
@@ -333,7 +335,7 @@ static int bind_q3n_ffn(const td_binder *b, const td_hparams *hp, uint32_t il, t
 static int bind_qwen3next_layer(const td_binder *b, const td_hparams *hp, uint32_t il, td_layer *l) {
     if (l->kind == TD_LAYER_GDN) TRY(bind_gdn(b, hp, il, &l->gdn));
     else TRY(bind_gated_attention(b, hp, il, &l->attn));
-    return bind_q3n_ffn(b, hp, il, &l->ffn);
+    return bind_moe_shexp_ffn(b, hp, il, 1, &l->ffn);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -677,25 +679,6 @@ static int bind_q4x_ple(const td_binder *b, const td_hparams *hp, uint32_t il, t
     return TD_OK;
 }
 
-/* the qwen3next FFN without its post_attention_norm (the HC mixer normalises) */
-static int bind_q4x_ffn(const td_binder *b, const td_hparams *hp, uint32_t il, td_ffn_parts *f) {
-    const uint64_t E = hp->n_embd, F = hp->n_ff, X = hp->n_expert, Fs = hp->n_ff_shexp;
-    char n[96];
-#define NM(s) (snprintf(n, sizeof n, "blk.%u." s, il), n)
-    TRY(td_bind_refuse(b, NM("ffn_gate_up_exps.weight"),
-                       "the merged gate/up expert tensor is not supported (expected ffn_gate_exps + ffn_up_exps)"));
-    TRY(td_bind_tensor(b, NM("ffn_gate_inp.weight"), TD_BIND_REQ, 2, E, X, 0, &f->gate_inp));
-    TRY(td_bind_tensor(b, NM("ffn_gate_exps.weight"), TD_BIND_REQ, 3, E, F, X, &f->gate_exps));
-    TRY(td_bind_tensor(b, NM("ffn_up_exps.weight"), TD_BIND_REQ, 3, E, F, X, &f->up_exps));
-    TRY(td_bind_tensor(b, NM("ffn_down_exps.weight"), TD_BIND_REQ, 3, F, E, X, &f->down_exps));
-    TRY(td_bind_tensor(b, NM("ffn_gate_inp_shexp.weight"), TD_BIND_REQ, 1, E, 0, 0, &f->gate_inp_shexp));
-    TRY(td_bind_tensor(b, NM("ffn_gate_shexp.weight"), TD_BIND_REQ, 2, E, Fs, 0, &f->gate_shexp));
-    TRY(td_bind_tensor(b, NM("ffn_up_shexp.weight"), TD_BIND_REQ, 2, E, Fs, 0, &f->up_shexp));
-    TRY(td_bind_tensor(b, NM("ffn_down_shexp.weight"), TD_BIND_REQ, 2, Fs, E, 0, &f->down_shexp));
-#undef NM
-    return TD_OK;
-}
-
 static int bind_qwen4exp_layer(const td_binder *b, const td_hparams *hp, uint32_t il, td_layer *l) {
     char n[64];
     snprintf(n, sizeof n, "blk.%u.hc_attn", il);
@@ -705,7 +688,7 @@ static int bind_qwen4exp_layer(const td_binder *b, const td_hparams *hp, uint32_
     if (l->kind == TD_LAYER_HC_GDN) TRY(bind_q4x_gdn(b, hp, il, &l->gdn));
     else TRY(bind_q4x_attention(b, hp, il, l));
     if ((int64_t)il == hp->ple_layer) TRY(bind_q4x_ple(b, hp, il, &l->ple));
-    return bind_q4x_ffn(b, hp, il, &l->ffn);
+    return bind_moe_shexp_ffn(b, hp, il, 0, &l->ffn);
 }
 
 static int bind_qwen4exp_model(const td_binder *b, td_model *m) {
