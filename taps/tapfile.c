@@ -399,13 +399,15 @@ static int check_child(int fd, const char *path) {
     td_tapfile *f = NULL;
     int st = open_inprocess(&f, path, &e);
     if (!st) st = td_tapfile_check(f, &e);
+    // Closing frees the library's cached metadata, which a damaged file can
+    // have corrupted: that crash must happen here, not in the parent's close.
+    if (f) td_tapfile_close(f);
     char buf[sizeof e.msg + 16];
     int n = st ? snprintf(buf, sizeof buf, "%d %s", st, e.msg) : snprintf(buf, sizeof buf, "OK");
     if (n > (int)sizeof buf - 1) n = (int)sizeof buf - 1;
     ssize_t w = write(fd, buf, (size_t)n);
     (void)w;
-    // _exit: no atexit handlers (HDF5's shutdown, leak checks) in the child;
-    // the file and its handles are abandoned on purpose.
+    // _exit: no atexit handlers (HDF5's shutdown, leak checks) in the child.
     _exit(0);
 }
 
