@@ -5,7 +5,7 @@
  *
  * This is the algorithmic reference, the oracle the other arms are measured
  * against, and it refuses to be anything else: plain scalar C that follows
- * ../shared/spec/primitives.md and arch-{llama,qwen3,qwen3moe}.md line by
+ * ../shared/spec/primitives.md and arch-{llama,qwen3,qwen3moe,qwen3next,qwen4exp}.md line by
  * line. No SIMD, no blocking, no fused kernels; every sum runs in index
  * order, so a run is bit-reproducible. Threads (--threads) only split a
  * matmul's output rows, and attention's (token, head) pairs, into contiguous
