@@ -307,10 +307,63 @@ static double *oracle_rows(const td_tapfile *f, const td_tap_info *ti, int64_t p
     return x;
 }
 
+/* A qsa_sel tap's mismatches in rows that differ from the oracle only
+ * inside the boundary group (compare's rule, td_cmp_qsa_row_explained): the
+ * block scores are the arm's qsa_scores of the step, or the oracle's rows of
+ * it (more columns: its cache held more positions), the tolerance the floor
+ * of the tap's dtype times the row's largest score. Returns how many of the
+ * mismatches such rows hold. */
+static uint64_t qsa_sel_tied(const td_tapfile *fa, const td_tapfile *fo, const td_tap_info *t, const double *a,
+                             const double *o, int64_t pos0, const td_hparams *hp) {
+    int layer = -1;
+    if (!hp || t->ndim != 2 || sscanf(t->name, "blk.%d.qsa_sel", &layer) != 1 || layer < 0 || layer >= 256 ||
+        (uint32_t)layer >= hp->n_layer || !hp->qsa_ratio[layer])
+        return 0;
+    const int64_t T = t->shape[0], W = t->shape[1], r = hp->qsa_ratio[layer];
+    char name[TD_TAP_NAME_MAX];
+    snprintf(name, sizeof name, "blk.%d.qsa_scores", layer);
+    td_tap_info sa = {0}, so = {0};
+    td_err e2 = {{0}};
+    double *xa = NULL, *xo = NULL;
+    int64_t na = 0, no = 0;
+    if (!td_tapfile_tap(fa, 0, name, &sa, &e2) && sa.has_data && sa.ndim == 2 && sa.shape[0] == T) {
+        na = sa.shape[1];
+        xa = td_xmalloc((size_t)(T * na + 1) * sizeof *xa);
+        if (td_tapfile_read_f64(fa, 0, name, xa, sa.count, &e2)) na = 0;
+    }
+    if (!td_tapfile_tap(fo, 0, name, &so, &e2) && so.has_data && so.ndim == 2 && so.shape[0] >= pos0 + T) {
+        no = so.shape[1];
+        xo = td_xmalloc((size_t)(T * no + 1) * sizeof *xo);
+        if (td_tapfile_read_rows_f64(fo, 0, name, pos0, T, xo, (uint64_t)(T * no), &e2)) no = 0;
+    }
+    int64_t *ra = td_xmalloc((size_t)W * sizeof *ra), *ro = td_xmalloc((size_t)W * sizeof *ro);
+    uint64_t tied = 0;
+    for (int64_t row = 0; row < T; row++) {
+        uint64_t mis = 0;
+        for (int64_t j = 0; j < W; j++) {
+            ra[j] = (int64_t)a[row * W + j], ro[j] = (int64_t)o[row * W + j];
+            mis += ra[j] != ro[j];
+        }
+        const int64_t nbt = (pos0 + row + 1) / r; // this token's complete blocks
+        int ok = 0;
+        for (int which = 0; mis && which < 2 && !ok; which++) {
+            const double *x = which ? xo : xa;
+            const int64_t n = which ? no : na;
+            if (!x || n < nbt) continue;
+            double top = 0;
+            for (int64_t b = 0; b < nbt; b++) top = fmax(top, fabs(x[row * n + b]));
+            ok = td_cmp_qsa_row_explained(ro, ra, W, x + row * n, nbt, r, td_cmp_floor(which ? so.dtype : sa.dtype) * top);
+        }
+        if (ok) tied += mis;
+    }
+    free(xa), free(xo), free(ra), free(ro);
+    return tied;
+}
+
 /* The arm's taps of one step against the oracle's rows of the same
  * positions, in the arm's execution order; st gets the deciding tap. */
 static int judge_taps(const char *pa, const char *po, const char *pc, int64_t pos0, int64_t T, double k,
-                      td_sop_step *st, td_err *err) {
+                      const td_hparams *hp, td_sop_step *st, td_err *err) {
     td_tapfile *fa = NULL, *fo = NULL, *fc = NULL;
     td_tap_info *taps = NULL;
     int64_t n = 0;
@@ -336,6 +389,7 @@ static int judge_taps(const char *pa, const char *po, const char *pc, int64_t po
         if (td_dtype_is_int(t->dtype)) {
             uint64_t bad = 0;
             for (uint64_t j = 0; j < t->count; j++) bad += a[j] != o[j];
+            if (bad) bad -= qsa_sel_tied(fa, fo, t, a, o, pos0, hp); // a tie at the QSA budget's cut
             e = (double)bad / (double)t->count;
             budget = 0;
             if (bad) fail = TD_CMPF_INTEGER;
@@ -481,7 +535,7 @@ int td_sop_run(const td_sop_config *c, td_sop_result *r, td_err *err) {
                 // the taps decide unless only the logits rows' top-1 / KL rules failed
                 td_sop_step ts = st;
                 ts.fail = 0, ts.ratio = NAN;
-                if ((rc = judge_taps(pa, po, ctl ? pc : NULL, pos0, T, k, &ts, err))) goto out;
+                if ((rc = judge_taps(pa, po, ctl ? pc : NULL, pos0, T, k, &m->hp, &ts, err))) goto out;
                 if (ts.fail || (!st.fail && ts.ratio > st.ratio)) st = ts;
                 else st.n_taps = ts.n_taps;
                 r->n_taps += st.n_taps;

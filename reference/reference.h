@@ -5,7 +5,8 @@
  *   "ref32" computes the same operations in float (weights decoded to f32):
  *           the control arm, what an honest f32 implementation's error is.
  * Architectures: llama (dense, or Mixtral-style MoE when expert_count > 0),
- * qwen3, qwen3moe. The math is ../shared/spec/primitives.md and arch-*.md.
+ * qwen3, qwen3moe, qwen3next, qwen4exp. The math is ../shared/spec/primitives.md and
+ * arch-*.md.
  *
  * The primitives are exported (f64 and f32) so tests can check each one
  * against hand-worked numbers. Conventions: output first, sizes last; shapes
