@@ -998,9 +998,11 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
         double *wd = weight_rows(md, "blk.1.hc_attn_down.weight", &a, &b);
         double *wu = weight_rows(md, "blk.1.hc_attn_up.weight", &a, &b);
         double *wi = weight_rows(md, "blk.1.hc_attn_inject.weight", &a, &b);
-        const td_tap_info *rs_i = dumped(ti, n, "llamacpp.l_last-0."), *mx_i = dumped(ti, n, "llamacpp.hc_mixed-1.");
-        const td_tap_info *in_i = dumped(ti, n, "llamacpp.hc_inject-1."), *cb_i = dumped(ti, n, "llamacpp.hc_combine-1.");
-        const td_tap_info *ao_i = dumped(ti, n, "llamacpp.attn_output-1.");
+        // the nodes mapped to canonical taps (l_last-0, the first hc_mixed-1 / hc_inject-1, hc_combine-1,
+        // attn_output-1) are read under those names
+        const td_tap_info *rs_i = dumped(ti, n, "blk.0.out"), *mx_i = dumped(ti, n, "blk.1.attn_norm");
+        const td_tap_info *in_i = dumped(ti, n, "blk.1.hc_attn_inject"), *cb_i = dumped(ti, n, "blk.1.ffn_inp");
+        const td_tap_info *ao_i = dumped(ti, n, "blk.1.attn_out");
         double *rs = read_tap(f, 0, rs_i), *mx = read_tap(f, 0, mx_i), *in = read_tap(f, 0, in_i);
         double *cbv = read_tap(f, 0, cb_i), *ao = read_tap(f, 0, ao_i);
         double mixed[512], inj[8], flat[1024], lam[64], gam[1024], R2[1024], worst_mix = 0, worst_inj = 0, worst_cb = 0;
@@ -1023,8 +1025,9 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
     {
         int64_t a, b;
         double *kg = weight_rows(md, "blk.1.indexer.k_norm.weight", &a, &b);
-        const td_tap_info *kn_i = dumped(ti, n, "llamacpp.norm-1.RMS_NORM.3"), *q_i = dumped(ti, n, "llamacpp.indexer_q-1.");
-        const td_tap_info *s_i = dumped(ti, n, "llamacpp.indexer_score-1.");
+        const td_tap_info *kn_i = dumped(ti, n, "llamacpp.norm-1.RMS_NORM.3"), *q_i = dumped(ti, n, "blk.1.qsa_q");
+        const td_tap_info *s_i = dumped(ti, n, "blk.1.qsa_scores"); // complete blocks only
+        cr_assert_eq(s_i->shape[1], Tn / 4, "qsa_scores: %lld blocks", (long long)s_i->shape[1]);
         cr_assert(kn_i->ndim == 2 && kn_i->shape[1] == 32, "the normed pooled keys: %s", kn_i->name);
         double *kn = read_tap(f, 0, kn_i), *qq = read_tap(f, 0, q_i), *sv = read_tap(f, 0, s_i);
         const int64_t di = md->hp.idx_dim, Hi = md->hp.idx_heads, NBk = s_i->shape[1], r = 4;
@@ -1054,7 +1057,7 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
         double *gk = weight_rows(md, "blk.0.ple_norm_key.weight", &a, &b);
         double *gq = weight_rows(md, "blk.0.ple_norm_query.weight", &a, &b);
         double *tab = weight_rows(md, "per_layer_token_embd.weight", &a, &nrow);
-        const td_tap_info *h0_i = dumped(ti, n, "llamacpp.hc_init."), *pg_i = dumped(ti, n, "llamacpp.ple_gate-0.");
+        const td_tap_info *h0_i = dumped(ti, n, "llamacpp.hc_init."), *pg_i = dumped(ti, n, "blk.0.ple_gate");
         double *h0 = read_tap(f, 0, h0_i), *pg = read_tap(f, 0, pg_i);
         int32_t toks[40];
         for (int t = 0; t < 40; t++) toks[t] = 10 + t;
@@ -1093,7 +1096,7 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
     for (int q = 0; q < 2; q++) {
         const int64_t r = ratio[q], W = 8 + r - 1;
         char sname[64];
-        snprintf(sname, sizeof sname, "llamacpp.indexer_score-%d.", layer[q]);
+        snprintf(sname, sizeof sname, "blk.%d.qsa_scores", layer[q]);
         const td_tap_info *si = NULL, *ki = NULL;
         for (int64_t i = 0; i < n; i++) {
             if (!strncmp(ti[i].name, sname, strlen(sname))) si = &ti[i];
@@ -1148,4 +1151,274 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
                 n_cut_differs, n_sparse);
     free(ti);
     td_tapfile_close(f);
+}
+
+/* qwen4exp's node mapping (arch-qwen4exp.md §6): a 40-token prefill and two
+ * decode steps of qwen4exp-f32 through the peer, every tap checked against
+ * something the adapter did not compute.
+ * - Completeness and shapes: every catalog row of qwen4exp for the layer's
+ *   kind is emitted (but inp.ple_ids: llama.cpp hashes the n-gram context
+ *   on the host and never holds it in a tensor) with the shape its letters
+ *   give for this model (a stream stack is [T, hc·E]).
+ * - Stream stacks and mixers, through the reference primitives on the
+ *   peer's own taps: ffn_inp = HCCombine(previous stack, block output,
+ *   hc_attn_inject), out = HCCombine(ffn_inp, ffn_out, hc_ffn_inject);
+ *   attn_norm / hc_attn_gate = HCMix of the previous stack, ffn_norm /
+ *   hc_ffn_gate of ffn_inp, out.norm / out.hc_gate of the last stack. A
+ *   stack read stream-minor, or the two mixers' gates swapped, fails here.
+ * - PLE: inp.ple_rows = the spec's 64-bit hash of the token history
+ *   (td_ref_ple_context / td_ref_ple_rows); ple_out = stack + gated + conv;
+ *   the conv history shifts by one row per decode step.
+ * - Indexer: qsa_kcache holds this step's qsa_k_raw in its last rows and
+ *   the earlier steps' before; qsa_scores is -1 exactly where a block is not
+ *   complete for a token; qsa_sel holds min(p+1, W) positions <= p in the
+ *   catalog's rank order (tail ascending, blocks by non-increasing
+ *   qsa_scores, lower block first on equal scores, positions ascending),
+ *   then -1 pads. */
+#ifdef TD_HAVE_LLAMACPP
+static int64_t q4x_letter(const td_hparams *hp, const char *tok, int64_t T, int64_t n_kv, int64_t r) {
+    const int64_t E = hp->n_embd, hc = hp->hc;
+    static const char *const names[] = {"T", "E", "H·D", "Hkv·D", "hc·E", "hc", "Hi·di", "di", "n_kv", "NB", "Wq",
+                                        "C", "S", "Hv", "Hv, dk, dk", "Hk·dk", "Hv·dk", "X", "K", "V", "Np",
+                                        "(Kp−1)·Ng", "Ng", "dk", "≤W"};
+    const int64_t vals[] = {T, E, (int64_t)hp->n_head * hp->head_dim, (int64_t)hp->n_head_kv * hp->head_dim,
+                            hc * E, hc, (int64_t)hp->idx_heads * hp->idx_dim, hp->idx_dim, n_kv,
+                            r ? n_kv / r : -1, r ? (int64_t)hp->idx_topk + r - 1 : -1,
+                            2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner, hp->ssm_conv - 1,
+                            hp->ssm_dt_rank, -1, (int64_t)hp->ssm_n_group * hp->ssm_d_state, hp->ssm_d_inner,
+                            hp->n_expert, hp->n_expert_used, hp->n_vocab, hp->ple_n_heads,
+                            (int64_t)(hp->ple_conv - 1) * hp->ple_ngram, hp->ple_ngram, hp->ssm_d_state, -2};
+    for (size_t i = 0; i < sizeof names / sizeof names[0]; i++)
+        if (!strcmp(tok, names[i])) return vals[i];
+    cr_assert_fail("shape letter '%s' unknown to this test", tok);
+    return -1;
+}
+
+static double *q4x_tap(const td_tapfile *f, int64_t step, const td_tap_info *ti, int64_t n, const char *name) {
+    const td_tap_info *t = find_tap(ti, n, name);
+    cr_assert_not_null(t, "step %lld: no tap %s", (long long)step, name);
+    return read_tap(f, step, t);
+}
+
+static double q4x_worst(const double *a, const double *b, int64_t n) {
+    double w = 0;
+    for (int64_t i = 0; i < n; i++) w = fmax(w, fabs(a[i] - b[i]) / fmax(1.0, fabs(b[i])));
+    return w;
+}
+#endif
+
+Test(llamacpp, qwen4exp_node_mapping_is_complete_and_right, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+#ifdef TD_HAVE_LLAMACPP
+    enum { NP = 40, NS = 2 };
+    int32_t prompt[NP], pinned[NS] = {297, 5}, all[NP + NS]; // an EOS in the history cuts the n-grams
+    for (int t = 0; t < NP; t++) prompt[t] = all[t] = (int32_t)((t * 37 + 11) % 290);
+    all[NP] = pinned[0], all[NP + 1] = pinned[1];
+    char model[512], taps[600];
+    fixture_path("qwen4exp-f32", model, sizeof model);
+    run_taps(model, "llamacpp", prompt, NP, pinned, NS, "q4x.h5", taps, sizeof taps);
+    td_model *md = open_model(model);
+    const td_hparams *hp = &md->hp;
+    const int64_t E = hp->n_embd, hc = hp->hc, hcd = hc * E, lr = hp->hc_lr;
+    const double eps = hp->rms_eps;
+    td_tapfile *f = open_taps(taps);
+    size_t n_cat = 0;
+    const td_tap_entry *cat = td_tap_catalog(&n_cat);
+    double *kraw_hist[4] = {NULL, NULL, NULL, NULL}, *ple_state_prev = NULL;
+    int64_t checked = 0;
+    for (int64_t step = 0; step <= NS; step++) {
+        const int64_t T = step ? 1 : NP, pos0 = step ? NP + step - 1 : 0, n_kv = pos0 + T;
+        td_tap_info *ti = NULL;
+        int64_t n = 0;
+        td_err err = {{0}};
+        cr_assert_eq(td_tapfile_step_taps(f, step, &ti, &n, &err), TD_OK, "%s", err.msg);
+        // completeness and shapes
+        for (size_t i = 0; i < n_cat; i++) {
+            const td_tap_entry *e = &cat[i];
+            if (!td_tap_catalog_has_arch(e, "qwen4exp") || !strcmp(e->name, "inp.ple_ids")) continue;
+            const int layered = !strncmp(e->name, "blk.L.", 6);
+            for (uint32_t L = 0; L < (layered ? hp->n_layer : 1); L++) {
+                const char *kinds = td_tap_catalog_kinds(e);
+                if (layered && kinds && !strstr(kinds, td_layer_kind_name(md->layers[L].kind))) continue;
+                if (layered && strstr(e->name, "ple_") && (int32_t)L != hp->ple_layer) continue;
+                char name[TD_TAP_NAME_MAX];
+                if (layered) snprintf(name, sizeof name, "blk.%u.%s", L, e->name + 6);
+                else snprintf(name, sizeof name, "%s", e->name);
+                const td_tap_info *t = find_tap(ti, n, name);
+                cr_assert_not_null(t, "step %lld: the peer emits no %s", (long long)step, name);
+                char shp[64];
+                snprintf(shp, sizeof shp, "%s", e->shape);
+                if (!strcmp(shp, "Hv, dk, dk")) {
+                    cr_expect(t->ndim == 3 && t->shape[0] == hp->ssm_dt_rank && t->shape[1] == hp->ssm_d_state &&
+                                  t->shape[2] == hp->ssm_d_state, "%s", name);
+                    continue;
+                }
+                int d = 0;
+                for (char *sv = NULL, *tok = strtok_r(shp, ",", &sv); tok; tok = strtok_r(NULL, ",", &sv), d++) {
+                    while (*tok == ' ') tok++;
+                    const int64_t want = q4x_letter(hp, tok, T, n_kv, layered ? hp->qsa_ratio[L] : 0);
+                    if (want == -2) break; // hist.tokens: up to W
+                    cr_expect(d < t->ndim && t->shape[d] == want, "step %lld: %s dim %d is %lld, expected %s = %lld",
+                              (long long)step, name, d, d < t->ndim ? (long long)t->shape[d] : -1LL, tok,
+                              (long long)want);
+                }
+                checked++;
+            }
+        }
+        // stream stacks and mixers through the reference primitives
+        double *stack = NULL;
+        {
+            double *emb = q4x_tap(f, step, ti, n, "inp.embd");
+            stack = malloc((size_t)(T * hcd) * sizeof *stack);
+            for (int64_t t = 0; t < T; t++)
+                for (int64_t c = 0; c < hc; c++) memcpy(stack + t * hcd + c * E, emb + t * E, (size_t)E * sizeof *stack);
+            free(emb);
+        }
+        double mixed[512], inj[8], flat[1024], lam[64], gam[1024], R2[1024];
+        cr_assert(E <= 512 && hcd <= 1024 && lr <= 64 && hc <= 8);
+        for (uint32_t L = 0; L < hp->n_layer; L++) {
+            char nm[TD_TAP_NAME_MAX];
+            const char *blk_out = md->layers[L].kind == TD_LAYER_HC_QSA ? "attn_out" : "ssm_out";
+            if ((int32_t)L == hp->ple_layer) {
+                // ple_out = Rs + gated + conv, per stream
+                snprintf(nm, sizeof nm, "blk.%u.ple_gated", L);
+                double *g = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.ple_conv", L);
+                double *cv = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.ple_out", L);
+                double *po = q4x_tap(f, step, ti, n, nm);
+                for (int64_t k = 0; k < T * hcd; k++) stack[k] += g[k] + cv[k];
+                const double w = q4x_worst(po, stack, T * hcd);
+                cr_expect_leq(w, 1e-5, "step %lld: ple_out vs stack + gated + conv: %.3g", (long long)step, w);
+                free(stack), free(g), free(cv);
+                stack = po;
+                snprintf(nm, sizeof nm, "blk.%u.ple_conv_state", L);
+                double *st = q4x_tap(f, step, ti, n, nm);
+                const int64_t hist = (int64_t)(hp->ple_conv - 1) * hp->ple_ngram;
+                if (ple_state_prev) { // one decode token: the history moves up one row
+                    const double ws = q4x_worst(st, ple_state_prev + hcd, (hist - 1) * hcd);
+                    cr_expect_leq(ws, 0, "step %lld: ple_conv_state did not shift by one row: %.3g", (long long)step, ws);
+                }
+                free(ple_state_prev);
+                ple_state_prev = st;
+            }
+            for (int ph = 0; ph < 2; ph++) { // the attention mixer, then the FFN's
+                static const char *const w_n[2][4] = {{"hc_attn_norm", "hc_attn_down", "hc_attn_up", "hc_attn_inject"},
+                                                      {"hc_ffn_norm", "hc_ffn_down", "hc_ffn_up", "hc_ffn_inject"}};
+                double *wt[4];
+                int64_t a, b;
+                for (int k = 0; k < 4; k++) {
+                    snprintf(nm, sizeof nm, "blk.%u.%s.weight", L, w_n[ph][k]);
+                    wt[k] = weight_rows(md, nm, &a, &b);
+                }
+                snprintf(nm, sizeof nm, "blk.%u.%s", L, ph ? "ffn_norm" : "attn_norm");
+                double *u = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.%s", L, ph ? "hc_ffn_gate" : "hc_attn_gate");
+                double *gt = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.%s", L, ph ? "hc_ffn_inject" : "hc_attn_inject");
+                double *ij = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.%s", L, ph ? "ffn_out" : blk_out);
+                double *y = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.%s", L, ph ? "out" : "ffn_inp");
+                double *nx = q4x_tap(f, step, ti, n, nm);
+                double wm = 0, wg = 0, wi = 0, wc = 0;
+                for (int64_t t = 0; t < T; t++) {
+                    td_ref_hc_mix_f64(mixed, inj, flat, lam, gam, stack + t * hcd, wt[0], wt[1], wt[2], wt[3], hc, E,
+                                      lr, eps);
+                    wm = fmax(wm, q4x_worst(u + t * E, mixed, E));
+                    wg = fmax(wg, q4x_worst(gt + t * hcd, gam, hcd));
+                    wi = fmax(wi, q4x_worst(ij + t * hc, inj, hc));
+                    memcpy(R2, stack + t * hcd, (size_t)hcd * sizeof *R2);
+                    td_ref_hc_combine_f64(R2, y + t * E, ij + t * hc, hc, E);
+                    wc = fmax(wc, q4x_worst(nx + t * hcd, R2, hcd));
+                }
+                cr_expect(wm <= 1e-4 && wg <= 1e-4 && wi <= 1e-4 && wc <= 1e-5,
+                          "step %lld layer %u %s mixer: mixed %.3g, gate %.3g, inject %.3g, combine %.3g",
+                          (long long)step, L, ph ? "FFN" : "attention", wm, wg, wi, wc);
+                for (int k = 0; k < 4; k++) free(wt[k]);
+                free(u), free(gt), free(ij), free(y), free(stack);
+                stack = nx;
+            }
+            if (md->layers[L].kind == TD_LAYER_HC_QSA) {
+                const int64_t r = hp->qsa_ratio[L], W = hp->idx_topk + r - 1, di = hp->idx_dim, NB = n_kv / r;
+                snprintf(nm, sizeof nm, "blk.%u.qsa_k_raw", L);
+                double *kr = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.qsa_kcache", L);
+                double *kc = q4x_tap(f, step, ti, n, nm);
+                kraw_hist[L] = realloc(kraw_hist[L], (size_t)(n_kv * di) * sizeof(double));
+                memcpy(kraw_hist[L] + pos0 * di, kr, (size_t)(T * di) * sizeof(double));
+                const double wk = q4x_worst(kc, kraw_hist[L], n_kv * di);
+                cr_expect_leq(wk, 0, "step %lld layer %u: qsa_kcache is not the raw keys so far: %.3g", (long long)step,
+                              L, wk);
+                snprintf(nm, sizeof nm, "blk.%u.qsa_scores", L);
+                double *sc = q4x_tap(f, step, ti, n, nm);
+                snprintf(nm, sizeof nm, "blk.%u.qsa_sel", L);
+                double *sel = q4x_tap(f, step, ti, n, nm);
+                for (int64_t t = 0; t < T; t++) {
+                    const int64_t p = pos0 + t, tail0 = (p + 1) / r * r, want = p + 1 < W ? p + 1 : W;
+                    for (int64_t b = 0; b < NB; b++)
+                        cr_expect(((b + 1) * r <= p + 1) == (sc[t * NB + b] >= 0), "layer %u p %lld block %lld: %g", L,
+                                  (long long)p, (long long)b, sc[t * NB + b]);
+                    int64_t m = 0, prev = -1, prev_tail = 1;
+                    double prev_s = INFINITY;
+                    for (int64_t j = 0; j < W; j++) {
+                        const int64_t s = (int64_t)sel[t * W + j];
+                        if (s < 0) continue;
+                        cr_assert(j == m && s <= p, "layer %u p %lld: entry %lld = %lld after a pad or beyond p", L,
+                                  (long long)p, (long long)j, (long long)s);
+                        m++;
+                        const int tail = s >= tail0;
+                        const double s_sc = tail ? INFINITY : sc[t * NB + s / r];
+                        cr_expect(prev < 0 || (prev_tail && (!tail || s > prev)) ||
+                                      (!prev_tail && !tail && (s_sc < prev_s || (s_sc == prev_s && s > prev))),
+                                  "layer %u p %lld: entry %lld = %lld breaks the rank order", L, (long long)p,
+                                  (long long)j, (long long)s);
+                        prev = s, prev_tail = tail, prev_s = s_sc;
+                    }
+                    cr_expect_eq(m, want, "layer %u p %lld: %lld selected, expected %lld", L, (long long)p,
+                                 (long long)m, (long long)want);
+                }
+                free(kr), free(kc), free(sc), free(sel);
+            }
+        }
+        {
+            int64_t a, b;
+            double *g = weight_rows(md, "output_hc_norm.weight", &a, &b);
+            double *wd = weight_rows(md, "output_hc_down.weight", &a, &b);
+            double *wu = weight_rows(md, "output_hc_up.weight", &a, &b);
+            double *on = q4x_tap(f, step, ti, n, "out.norm"), *og = q4x_tap(f, step, ti, n, "out.hc_gate");
+            double wm = 0, wg = 0;
+            for (int64_t t = 0; t < T; t++) {
+                td_ref_hc_mix_f64(mixed, NULL, flat, lam, gam, stack + t * hcd, g, wd, wu, NULL, hc, E, lr, eps);
+                wm = fmax(wm, q4x_worst(on + t * E, mixed, E));
+                wg = fmax(wg, q4x_worst(og + t * hcd, gam, hcd));
+            }
+            cr_expect(wm <= 1e-4 && wg <= 1e-4, "step %lld final mixer: norm %.3g, gate %.3g", (long long)step, wm, wg);
+            free(g), free(wd), free(wu), free(on), free(og);
+        }
+        {
+            double *rows = q4x_tap(f, step, ti, n, "inp.ple_rows");
+            const int64_t np = hp->ple_n_heads;
+            for (int64_t t = 0; t < T; t++) {
+                int64_t ctx[8], rw[64];
+                td_ref_ple_context(ctx, all, pos0 + t, hp->ple_ngram, hp->ple_eos, hp->ple_image);
+                td_ref_ple_rows(rw, ctx, hp->ple_ngram, hp->ple_heads_per_ngram, hp->ple_mult, hp->ple_off, hp->ple_vsz);
+                for (int64_t h = 0; h < np; h++)
+                    cr_expect_eq((int64_t)rows[t * np + h], rw[h], "step %lld p %lld head %lld: row %lld, expected %lld",
+                                 (long long)step, (long long)(pos0 + t), (long long)h, (long long)rows[t * np + h],
+                                 (long long)rw[h]);
+            }
+            free(rows);
+        }
+        free(stack);
+        free(ti);
+    }
+    cr_log_info("qwen4exp-f32 through the peer: %lld catalog taps present with their shapes over %d steps",
+                (long long)checked, NS + 1);
+    cr_expect_gt(checked, 3 * 100);
+    for (int L = 0; L < 4; L++) free(kraw_hist[L]);
+    free(ple_state_prev);
+    td_tapfile_close(f);
+    td_model_close(md);
+#endif
 }
