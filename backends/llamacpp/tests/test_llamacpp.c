@@ -1422,3 +1422,51 @@ Test(llamacpp, qwen4exp_node_mapping_is_complete_and_right, .init = make_tmpdir,
     td_model_close(md);
 #endif
 }
+
+/* State operations on the llamacpp arm for qwen4exp (issue 14), judged
+ * against llama.cpp's own straight-line forward (--oracle llamacpp: the
+ * reference forward of qwen4exp is not here yet), logits only, 12-token
+ * prompt of qwen4exp-f32 (QSA r = 4 / 8, W = 11 / 15: sparse from p = 11):
+ * - decoding through a context opened for several sequences, with another
+ *   sequence present, is conformant (the multi-sequence cache path alone
+ *   changes nothing);
+ * - a rollback is refused (exit 77): llama.cpp keeps one recurrent state
+ *   per sequence, so seq_rm can only clear a sequence from position 0;
+ * - a sequence copy (even at a block boundary) is NOT conformant, as
+ *   measured on this llama.cpp: both the copy and the source agree with the
+ *   straight line at p = 12..14 (sparse, so the copied indexer key cache
+ *   is right) and diverge at p = 15, the first step where a block completes
+ *   from cells written after the copy (relative logits error 2e-2; its QSA
+ *   groups a block's cells by their sequence set). Pinned here as a finding:
+ *   if a later llama.cpp fixes it, this test fails and says so. */
+Test(llamacpp, qwen4exp_stateops_through_the_peer, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    char model[512], cmd[4096];
+    static char out[1 << 15];
+    fixture_path("qwen4exp-f32", model, sizeof model);
+    static const struct {
+        const char *script;
+        int exit;
+        const char *says;
+    } cases[] = {
+        {"prefill; use 1; feed 5,6; use 0; decode 5", 0, "conformant: 7 steps"},
+        {"prefill; decode 2; rollback 1; decode 1", 77, "can only clear a sequence from position 0"},
+        {"prefill; copy 0 1; decode 5 on 1; decode 5 on 0", 1,
+         "DIVERGENT at operation 3 'decode 5 on 1': step 4, sequence 1, position 15: out.logits"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' stateops --model '%s' --arm llamacpp --oracle llamacpp --control-arm none --taps none "
+                 "--threads 1 --tokens 11,48,85,122,159,196,233,270,17,54,91,128 --script '%s' 2>&1",
+                 exe, model, cases[i].script);
+        const int st = run_cmd(cmd, out, sizeof out);
+        cr_expect(st == cases[i].exit && strstr(out, cases[i].says), "'%s': exit %d (expected %d, saying '%s'):\n%s",
+                  cases[i].script, st, cases[i].exit, cases[i].says, out);
+        if (i == 2) { // the source sequence too, and nothing before p = 15
+            cr_expect(strstr(out, "seq 0 pos  15+1   out.logits         err 1.978e-02"), "%s", out);
+            cr_expect(!strstr(out, "pos  14+1   out.logits         err 1.9"), "%s", out);
+        }
+    }
+}
