@@ -24,6 +24,7 @@
 #include "runner.h"
 #include "tapfile.h"
 #include "catalog.h"
+#include "audit.h"
 #ifdef TD_HAVE_LLAMACPP
 #include "llamacpp.h"
 #include "reference.h"
@@ -1469,4 +1470,60 @@ Test(llamacpp, qwen4exp_stateops_through_the_peer, .init = make_tmpdir, .fini = 
             cr_expect(!strstr(out, "pos  14+1   out.logits         err 1.9"), "%s", out);
         }
     }
+}
+
+/* The QSA selection audit (audit.h td_audit_qsa) on the peer's own taps of
+ * qwen4exp-f32 and qwen4exp-ties (40-token prefill + 4 pinned decode steps):
+ * - each file alone: every selection is a top-W of its own block scores
+ *   (pass); on -ties every sparse query of block 1 has an exact block tie at
+ *   the cut (its indexer keys are zero, so every block scores 0), on -f32
+ *   few do;
+ * - f32 against itself: no disagreement;
+ * - f32 against -ties: block 1's disagreements are all explained exactly
+ *   (on the -ties scores every selection is a top-W), block 3's are not (the
+ *   models differ there: its scores differ beyond any tie): FAIL. */
+Test(llamacpp, qwen4exp_qsa_audit_counts_ties_and_explains_disagreements, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    enum { NP = 40, NS = 4 };
+    int32_t prompt[NP], pinned[NS] = {1, 2, 3, 4};
+    for (int t = 0; t < NP; t++) prompt[t] = (int32_t)((t * 37 + 11) % 290);
+    char model[512], fa[600], fb[600];
+    fixture_path("qwen4exp-f32", model, sizeof model);
+    run_taps(model, "llamacpp", prompt, NP, pinned, NS, "qsa-f32.h5", fa, sizeof fa);
+    fixture_path("qwen4exp-ties", model, sizeof model);
+    run_taps(model, "llamacpp", prompt, NP, pinned, NS, "qsa-ties.h5", fb, sizeof fb);
+    td_err err = {{0}};
+    td_audit_qsa_result *r = NULL;
+    const char *files[2] = {fa, fb};
+    for (int f = 0; f < 2; f++) {
+        cr_assert_eq(td_audit_qsa(files[f], NULL, NULL, &r, &err), TD_OK, "%s", err.msg);
+        cr_expect_eq(r->verdict, TD_OK, "%s: %s", files[f], r->reason);
+        cr_assert_eq(r->n_layers, 2);
+        const td_audit_qsa_layer *L1 = &r->layers[0], *L3 = &r->layers[1];
+        cr_expect(L1->layer == 1 && L1->r == 4 && L1->W == 11 && L3->layer == 3 && L3->r == 8 && L3->W == 15,
+                  "layers %d (r %lld, W %lld), %d (r %lld, W %lld)", L1->layer, (long long)L1->r, (long long)L1->W,
+                  L3->layer, (long long)L3->r, (long long)L3->W);
+        // sparse queries: p + 1 > W among positions 0..43
+        cr_expect(L1->n_sparse == 44 - 11 && L3->n_sparse == 44 - 15, "sparse %lld / %lld", (long long)L1->n_sparse,
+                  (long long)L3->n_sparse);
+        cr_log_info("%s: block 1: %lld sparse, %lld cut, %lld exact block ties, %lld f16; block 3: %lld sparse, %lld cut, "
+                    "%lld exact, %lld f16",
+                    f ? "qwen4exp-ties" : "qwen4exp-f32", (long long)L1->n_sparse, (long long)L1->n_cut,
+                    (long long)L1->n_exact, (long long)L1->n_tie_f16, (long long)L3->n_sparse, (long long)L3->n_cut,
+                    (long long)L3->n_exact, (long long)L3->n_tie_f16);
+        if (f) cr_expect_eq(L1->n_exact, L1->n_sparse, "-ties: every sparse query of block 1 ties at the cut");
+        else cr_expect_lt(L1->n_exact * 4, L1->n_sparse, "-f32: exact ties at the cut are rare");
+        td_audit_qsa_result_free(r);
+    }
+    cr_assert_eq(td_audit_qsa(fa, fa, NULL, &r, &err), TD_OK, "%s", err.msg);
+    cr_expect(r->verdict == TD_OK && r->layers[0].n_disagree == 0 && r->layers[1].n_disagree == 0, "%s", r->reason);
+    td_audit_qsa_result_free(r);
+    cr_assert_eq(td_audit_qsa(fa, fb, NULL, &r, &err), TD_OK, "%s", err.msg);
+    const td_audit_qsa_layer *L1 = &r->layers[0], *L3 = &r->layers[1];
+    cr_expect(L1->n_disagree > 0 && L1->n_explained_exact == L1->n_disagree && L1->n_unexplained == 0,
+              "block 1: %lld disagreements, %lld explained exactly", (long long)L1->n_disagree,
+              (long long)L1->n_explained_exact);
+    cr_expect(L3->n_unexplained > 0 && r->verdict == TD_DIVERGENT, "block 3: %lld unexplained; %s",
+              (long long)L3->n_unexplained, r->reason);
+    td_audit_qsa_result_free(r);
 }
