@@ -60,6 +60,7 @@ static char g_features[256]; /* variant "auto": the CPU features ggml reports as
  * our messages. */
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_log_last[512];
+static char g_log_prev[512]; /* the error before the last one: a loader's reason before its "failed to load" */
 static int g_log_in_error; /* the previous piece was an error (CONT pieces continue it) */
 /* ggml-vulkan states each device's arithmetic capabilities (fp16, int dot,
  * matrix cores) only in a debug log line: kept per device index. */
@@ -78,6 +79,7 @@ static void log_sink(enum ggml_log_level level, const char *text, void *user) {
         g_vk_lines[idx][strcspn(g_vk_lines[idx], "\r\n")] = '\0';
     }
     if (level == GGML_LOG_LEVEL_ERROR) {
+        if (g_log_last[0]) memcpy(g_log_prev, g_log_last, sizeof g_log_prev);
         g_log_last[0] = '\0';
         g_log_in_error = 1;
     } else if (level != GGML_LOG_LEVEL_CONT) {
@@ -94,7 +96,7 @@ static void log_sink(enum ggml_log_level level, const char *text, void *user) {
 
 static void log_clear(void) {
     pthread_mutex_lock(&g_log_mu);
-    g_log_last[0] = '\0';
+    g_log_last[0] = g_log_prev[0] = '\0';
     g_log_in_error = 0;
     pthread_mutex_unlock(&g_log_mu);
 }
@@ -1510,6 +1512,29 @@ static const char *lc_version(const td_backend *b) {
 
 static const char *lc_profile_of(const td_backend *b) {
     return ((const lc_backend *)b)->profile;
+}
+
+int td_llamacpp_load_check(const char *path, td_err *err) {
+    int rc = td_llamacpp_init(err);
+    if (rc) return rc;
+    struct llama_model_params mp = llama_model_default_params();
+    ggml_backend_dev_t devs[1] = {NULL}; // CPU only, whatever else this process loaded
+    mp.devices = devs;
+    mp.n_gpu_layers = 0;
+    mp.progress_callback = load_progress;
+    log_clear();
+    struct llama_model *lm = llama_model_load_from_file(path, mp);
+    char why[512];
+    if (!lm) {
+        char prev[512];
+        pthread_mutex_lock(&g_log_mu);
+        snprintf(prev, sizeof prev, "%s", g_log_prev);
+        pthread_mutex_unlock(&g_log_mu);
+        return td_err_set(err, TD_EINPUT, "llamacpp: %s: %s%s%s", path, prev, prev[0] ? " / " : "",
+                          log_last(why, sizeof why));
+    }
+    llama_model_free(lm);
+    return TD_OK;
 }
 
 static int lc_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {

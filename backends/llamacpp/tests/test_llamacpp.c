@@ -1527,3 +1527,101 @@ Test(llamacpp, qwen4exp_qsa_audit_counts_ties_and_explains_disagreements, .init 
               (long long)L3->n_unexplained, r->reason);
     td_audit_qsa_result_free(r);
 }
+
+/* The qwen4exp malformed files of model/tests/test_model.c (each refused by
+ * tapdiff with exit 3) through llama.cpp's own loader: test_model keeps
+ * them (TD_KEEP_MALFORMED), a child per file calls td_llamacpp_load_check
+ * (a llama.cpp assert aborts the child, not this test). The verdicts, as
+ * measured on the peer revision, are pinned: "accept" where llama.cpp is
+ * laxer than tapdiff (README, "qwen4exp malformed files and llama.cpp"), so
+ * a llama.cpp update that changes one fails here and is looked at. The
+ * unmutated file must load (else every "reject" would be vacuous). */
+#ifdef TD_HAVE_LLAMACPP
+static int peer_verdict(const char *path, char *msg, size_t n) {
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    const pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        td_err e = {{0}};
+        const int rc = td_llamacpp_load_check(path, &e);
+        if (write(fd[1], e.msg, strlen(e.msg)) < 0) _exit(99);
+        _exit(rc == TD_OK ? 0 : 3);
+    }
+    close(fd[1]);
+    ssize_t k = read(fd[0], msg, n - 1);
+    msg[k > 0 ? k : 0] = '\0';
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
+}
+#endif
+
+Test(llamacpp, qwen4exp_malformed_files_through_the_peer, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
+    REQUIRE_PEER();
+#ifdef TD_HAVE_LLAMACPP
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    char tm[600], cmd[2048];
+    static char out[1 << 16];
+    snprintf(tm, sizeof tm, "%s", exe);
+    char *slash = strrchr(tm, '/');
+    cr_assert_not_null(slash);
+    snprintf(slash + 1, sizeof tm - (size_t)(slash + 1 - tm), "model/tests/test_model");
+    if (access(tm, X_OK)) cr_skip_test("%s is not built", tm);
+    // (a Criterion test inside a Criterion worker: the child must not take this worker's environment)
+    snprintf(cmd, sizeof cmd, "env -i PATH=\"$PATH\" TD_TAPDIFF='%s' TD_KEEP_MALFORMED='%s' '%s' --filter='model_bad/*' -j1 2>&1",
+             exe, tmpdir, tm);
+    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    // case (file name as test_model keeps it) -> llama.cpp's verdict: 0 loads, 3 refused, else it aborted
+    static const struct {
+        const char *file;
+        int verdict;
+    } cases[] = {
+        {"base_qwen4exp", 0},
+        {"qwen4exp_hc___1", 3},
+        {"qwen4exp_hc_missing", 3},
+        {"qwen4exp_hc_low_rank_0", 3},
+        {"qwen4exp_indexer_heads_0", 3},
+        {"qwen4exp_indexer_top_k_missing", 3},
+        {"qwen4exp_indexer_d_i___R", 3},
+        {"qwen4exp_sections_missing", 3},
+        {"qwen4exp_sections_count", 3},
+        {"qwen4exp_sections_sum_0", 0},
+        {"qwen4exp_section_negative", 0},
+        {"qwen4exp_ratios_length", 3},
+        {"qwen4exp_ratio_on_a_GDN_layer", 0},
+        {"qwen4exp_PLE_key_without_ple_layers", 3},
+        {"qwen4exp_PLE_table_without_keys", 3},
+        {"qwen4exp_two_PLE_layers", 3},
+        {"qwen4exp_PLE_on_attention", 3},
+        {"qwen4exp_n_gram_size", 3},
+        {"qwen4exp_PLE_widths_vs_n_embd", 3},
+        {"qwen4exp_multipliers_32_bit", 3},
+        {"qwen4exp_multipliers_short", 3},
+        {"qwen4exp_head_vocab_0", 3},
+        {"qwen4exp_head_range_past_int32", 3},
+        {"qwen4exp_PLE_table_rows", 3},
+        {"qwen4exp_PLE_eos_out_of_range", 0},
+        {"qwen4exp_inject_missing", 3},
+        {"qwen4exp_gamma_shape", 3},
+        {"qwen4exp_interleaved_ssm_ba", 3},
+        {"qwen4exp_indexer_k_proj_shape", 3},
+        {"qwen4exp_final_HC_mixer_missing", 3},
+    };
+    int n_laxer = 0;
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char path[800], msg[1024];
+        snprintf(path, sizeof path, "%s/%s.gguf", tmpdir, cases[i].file);
+        cr_assert_eq(access(path, R_OK), 0, "test_model kept no %s", path);
+        const int v = peer_verdict(path, msg, sizeof msg);
+        cr_log_info("%-40s llama.cpp %s %s", cases[i].file, v == 0 ? "accepts" : v == 3 ? "refuses:" : "ABORTS", msg);
+        cr_expect_eq(v, cases[i].verdict, "%s: llama.cpp's verdict %d, pinned %d (%s)", cases[i].file, v,
+                     cases[i].verdict, msg);
+        n_laxer += i > 0 && v == 0;
+    }
+    cr_log_info("llama.cpp loads %d of %zu files tapdiff refuses", n_laxer, sizeof cases / sizeof cases[0] - 1);
+#endif
+}
