@@ -473,6 +473,116 @@ static int int_mismatch_in_ctrl(ctx *c, int64_t step, const td_tap_info *b, cons
     return st;
 }
 
+static int has_pos(const int64_t *sel, int64_t W, int64_t s) {
+    for (int64_t j = 0; j < W; j++)
+        if (sel[j] == s) return 1;
+    return 0;
+}
+
+int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t W, const double *score, int64_t nb,
+                             int64_t r, double thr) {
+    int64_t na = 0, nbb = 0;
+    for (int64_t j = 0; j < W; j++) na += sel_a[j] >= 0, nbb += sel_b[j] >= 0;
+    if (na != nbb || r < 1) return 0;
+    double cut = INFINITY;
+    for (int64_t j = 0; j < W; j++)
+        if (sel_a[j] >= 0 && sel_a[j] / r < nb && score[sel_a[j] / r] < cut) cut = score[sel_a[j] / r];
+    for (int pass = 0; pass < 2; pass++) {
+        const int64_t *x = pass ? sel_b : sel_a, *y = pass ? sel_a : sel_b;
+        for (int64_t j = 0; j < W; j++) {
+            if (x[j] < 0 || has_pos(y, W, x[j])) continue;
+            const int64_t b = x[j] / r; // a position only one arm selects: in a complete block at the cut
+            if (b >= nb || !isfinite(cut) || !(fabs(score[b] - cut) <= thr)) return 0;
+        }
+    }
+    return 1;
+}
+
+/* The block sizes r that fit a qsa_scores tap of this step: every row t has
+ * floor((pos_t + 1) / r) complete blocks (scores before its first -1), the
+ * step floor(n_kv / r) = nb columns, and r <= W (W = B + r - 1). Writes up
+ * to 64 candidates, returns their count. */
+static int qsa_ratios(const double *sc, int64_t T, int64_t nb, const int64_t *pos, int64_t W, int64_t *cand) {
+    int n = 0;
+    const int64_t n_kv = pos[T - 1] + 1;
+    for (int64_t r = 1; r <= W && n < 64; r++) {
+        int ok = n_kv / r == nb;
+        for (int64_t t = 0; ok && t < T; t++) {
+            int64_t k = 0;
+            while (k < nb && sc[t * nb + k] >= 0) k++;
+            ok = (pos[t] + 1) / r == k;
+        }
+        if (ok) cand[n++] = r;
+    }
+    return n;
+}
+
+/* qsa_sel mismatches confined to the boundary group (td_cmp_qsa_row_explained)
+ * on A's blk.L.qsa_scores, or on B's: the tie tolerance is the rule MoE
+ * near-ties use (harness/audit.h): max(4 x the control pair's deviation at
+ * that row, the floor of B's dtype x the cut score); exact without either.
+ * Every block size the step's taps allow must explain the row. Counts the
+ * explained rows' mismatches in t->n_int_qsa_tie and marks them in row_ok. */
+static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_t *va, const int64_t *vb,
+                        unsigned char *row_ok, td_cmp_tap *t, td_err *err) {
+    if (b->ndim != 2 || b->shape[0] < 1) return TD_OK;
+    const int64_t T = b->shape[0], W = b->shape[1];
+    char name[TD_TAP_NAME_MAX];
+    snprintf(name, sizeof name, "%.*s.qsa_scores", (int)(strlen(b->name) - strlen(".qsa_sel")), b->name);
+    int64_t ia = arm_find(&c->A, name), ib = arm_find(&c->B, name), ip = arm_find(&c->A, "inp.pos");
+    if (ia < 0 || ib < 0 || ip < 0) return TD_OK; // no complete block: nothing to tie
+    const td_tap_info *sa = &c->A.taps[ia], *sb = &c->B.taps[ib];
+    if (!sa->has_data || !sb->has_data || sa->ndim != 2 || sa->shape[0] != T || !same_shape(sa, sb) ||
+        c->A.taps[ip].count != (uint64_t)T)
+        return TD_OK;
+    const int64_t nb = sa->shape[1];
+    const size_t n = (size_t)(T * nb > 0 ? T * nb : 1);
+    double *xa = td_xmalloc(sizeof *xa * n), *xb = td_xmalloc(sizeof *xb * n), *ca = NULL, *cb = NULL;
+    int64_t *pos = td_xmalloc(sizeof *pos * (size_t)T);
+    int st = td_tapfile_read_f64(c->A.f, step, name, xa, (uint64_t)(T * nb), err);
+    if (!st) st = td_tapfile_read_f64(c->B.f, step, name, xb, (uint64_t)(T * nb), err);
+    if (!st) st = td_tapfile_read_i64(c->A.f, step, "inp.pos", pos, (uint64_t)T, err);
+    const td_tap_info *ci = NULL, *cj = NULL;
+    if (!st) st = ctrl_pair(c, step, name, sb, &ci, &cj, err);
+    if (!st && ci && ci->has_data && cj->has_data) {
+        ca = td_xmalloc(sizeof *ca * n), cb = td_xmalloc(sizeof *cb * n);
+        st = td_tapfile_read_f64(c->ca->f, step, ci->name, ca, (uint64_t)(T * nb), err);
+        if (!st) st = td_tapfile_read_f64(c->cb->f, step, cj->name, cb, (uint64_t)(T * nb), err);
+    }
+    int64_t cand[64];
+    const int n_cand = st ? 0 : qsa_ratios(xa, T, nb, pos, W, cand);
+    for (int64_t row = 0; row < T && n_cand > 0; row++) {
+        const int64_t *ra = va + row * W, *rb = vb + row * W;
+        uint64_t mis = 0;
+        for (int64_t j = 0; j < W; j++) mis += ra[j] != rb[j];
+        if (!mis) continue;
+        double noise = 0, top = 0;
+        for (int64_t k = 0; k < nb; k++) {
+            if (ca) noise = fmax(noise, fabs(cb[row * nb + k] - ca[row * nb + k]));
+            top = fmax(top, fmax(fabs(xa[row * nb + k]), fabs(xb[row * nb + k])));
+        }
+        const double thr = fmax(4.0 * noise, td_cmp_floor(sb->dtype) * top);
+        int ok = 1;
+        for (int i = 0; i < n_cand && ok; i++) {
+            int64_t k = 0; // this row's complete blocks: before the first -1
+            while (k < nb && xa[row * nb + k] >= 0) k++;
+            ok = td_cmp_qsa_row_explained(ra, rb, W, xa + row * nb, k, cand[i], thr) ||
+                 td_cmp_qsa_row_explained(ra, rb, W, xb + row * nb, k, cand[i], thr);
+        }
+        if (ok) {
+            row_ok[row] = 1;
+            t->n_int_qsa_tie += mis;
+        }
+    }
+    free(xa), free(xb), free(ca), free(cb), free(pos);
+    return st;
+}
+
+static int is_qsa_sel(const char *name) {
+    const size_t n = strlen(name), k = strlen(".qsa_sel");
+    return n > k && !strcmp(name + n - k, ".qsa_sel");
+}
+
 static int cmp_integer(ctx *c, int64_t step, const td_tap_info *a, const td_tap_info *b, td_cmp_tap *t,
                        td_err *err) {
     t->method = TD_CMP_INTEGER;
@@ -503,7 +613,17 @@ static int cmp_integer(ctx *c, int64_t step, const td_tap_info *a, const td_tap_
         }
         t->err = n ? (double)t->n_int_mismatch / (double)n : 0.0;
     }
-    if (!st && t->n_int_mismatch) st = int_mismatch_in_ctrl(c, step, b, va, vb, t, err);
+    unsigned char *row_ok = NULL; // qsa_sel rows explained by a boundary tie
+    if (!st && t->n_int_mismatch && is_qsa_sel(b->name) && b->ndim == 2) {
+        row_ok = td_xcalloc((size_t)(b->shape[0] ? b->shape[0] : 1), 1);
+        st = qsa_sel_ties(c, step, b, va, vb, row_ok, t, err);
+        // the control then counts only the other rows' mismatches
+        for (int64_t row = 0; !st && row < b->shape[0]; row++)
+            if (row_ok[row])
+                for (int64_t j = 0; j < b->shape[1]; j++) vb[row * b->shape[1] + j] = va[row * b->shape[1] + j];
+    }
+    if (!st && t->n_int_mismatch > t->n_int_qsa_tie) st = int_mismatch_in_ctrl(c, step, b, va, vb, t, err);
+    free(row_ok);
     free(va);
     free(vb);
     return st;
@@ -689,9 +809,13 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
 // known. Priority of the failure kinds: non-finite, budget, top-1, KL.
 static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
     if (t->method == TD_CMP_INTEGER) {
-        int bug = t->n_int_mismatch > t->n_int_in_ctrl;
+        int bug = t->n_int_mismatch > t->n_int_in_ctrl + t->n_int_qsa_tie;
         t->fail = bug ? TD_CMPF_INTEGER : TD_CMPF_OK;
         t->ratio = bug ? INFINITY : 0.0;
+        if (!bug && t->n_int_qsa_tie)
+            add_note(c->r, "step %lld %s: %llu mismatch(es) in rows whose selections differ only inside the boundary "
+                           "group (blocks tied with the budget's cut, per qsa_scores): not divergent",
+                     (long long)t->step, t->name, (unsigned long long)t->n_int_qsa_tie);
         if (!bug && t->n_int_mismatch)
             add_note(c->r, "step %lld %s: %llu integer mismatch(es) that the control arm shows too (the same "
                            "arithmetic decides them the same way): not divergent",

@@ -225,6 +225,10 @@ typedef struct td_cmp_tap {
      * same arithmetic): when every mismatch is shown by the control the tap
      * is not divergent */
     uint64_t n_int_in_ctrl;
+    /* of the rest, how many lie in rows of a QSA selection (qsa_sel) that
+     * differ only inside the boundary group (td_cmp_qsa_row_explained): a
+     * tie at the budget's cut, not counted as divergent */
+    uint64_t n_int_qsa_tie;
     /* the first mismatching flat index (integer taps, or non-finite
      * mismatches) and the two values there */
     uint64_t first_mismatch;
@@ -315,6 +319,21 @@ const td_cmp_tap *td_cmp_tap_at(const td_cmp_result *r, int64_t i);
 /* The most records r held in memory at once while comparing: one step's, the
  * rest being in the temporary file, unless none could be written. */
 int64_t td_cmp_records_peak(const td_cmp_result *r);
+
+/* QSA selections (qwen4exp's blk.L.qsa_sel, arch-qwen4exp.md §4.5, §7.1):
+ * whether two arms' selections of one token differ only inside the boundary
+ * group, where llama.cpp's choice is unspecified. sel_a, sel_b (W): selected
+ * positions, -1 pads (any order); score (nb): the token's complete blocks'
+ * scores (blk.L.qsa_scores' row up to its first -1); r: block size; thr: the
+ * tie tolerance. The cut score is the lowest score among the blocks A
+ * selects from; the boundary group is every complete block whose score is
+ * within thr of it (thr = 0: exact ties, and the block the budget cuts).
+ * Explained (1) when both select the same number of positions and every
+ * position one selects and the other does not is in the boundary group;
+ * the tail and every block above the cut must then agree. Identical sets: 1.
+ * Used by compare and by the state-operations check. */
+int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t W, const double *score, int64_t nb,
+                             int64_t r, double thr);
 
 /* Floor of a precision (see above); integer dtypes: 0. */
 double td_cmp_floor(td_dtype dt);

@@ -839,8 +839,6 @@ ParameterizedTestParameters(compare, ref32_vs_ref_is_conformant_on_every_fixture
 ParameterizedTest(int *i, compare, ref32_vs_ref_is_conformant_on_every_fixture, .timeout = 300) {
     need_reference();
     const char *name = td_fixture_at((size_t)*i)->name;
-    const char *pending = td_test_ref_pending(td_fixture_at((size_t)*i)->arch);
-    if (pending) cr_skip_test("%s: %s", name, pending);
     char out[16384];
     int rc = bisect_fixture(name, 16, out, sizeof out);
     cr_assert_eq(rc, 0, "%s: ref32 vs ref, prefill + 16 decode steps: exit %d\n%s", name, rc, out);
@@ -929,4 +927,75 @@ Test(compare, records_in_memory_do_not_grow_with_steps) {
     cr_assert_gt(peak[0], 0);
     cr_assert_eq(peak[1], peak[0], "records held at once: %lld for %d steps, %lld for %d", (long long)peak[0],
                  decode[0] + 1, (long long)peak[1], decode[1] + 1);
+}
+
+/* ------------------------------------------------- QSA selection ties */
+/* qwen4exp's blk.L.qsa_sel (arch-qwen4exp.md §4.5, §7.1): which positions of
+ * the block the budget cuts, and which of blocks tied at the cut, llama.cpp
+ * keeps is unspecified. Query at p = 11, blocks of r = 4, W = 11: the tail is
+ * empty, two whole blocks and 3 positions of a third are selected. */
+
+Test(compare, qsa_row_differing_only_in_the_boundary_group_is_explained) {
+    const int64_t A[11] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};
+    // blocks 1 and 2 tie exactly at the cut (score 1): any 7 of their 8 positions
+    const double tie[3] = {2.0, 1.0, 1.0};
+    const int64_t in_group[11] = {0, 1, 2, 3, 4, 6, 7, 8, 9, 10, 11};
+    cr_assert(td_cmp_qsa_row_explained(A, in_group, 11, tie, 3, 4, 0.0));
+    // a position of block 0, above the cut, dropped: not a tie
+    const int64_t above[11] = {0, 1, 2, 4, 5, 6, 7, 8, 9, 10, 11};
+    cr_assert(!td_cmp_qsa_row_explained(A, above, 11, tie, 3, 4, 0.0));
+    // one position fewer: the budget differs
+    const int64_t fewer[11] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, -1};
+    cr_assert(!td_cmp_qsa_row_explained(A, fewer, 11, tie, 3, 4, 0.0));
+    // same set in another order: the attention is the same
+    const int64_t order[11] = {8, 9, 10, 4, 5, 6, 7, 0, 1, 2, 3};
+    cr_assert(td_cmp_qsa_row_explained(A, order, 11, tie, 3, 4, 0.0));
+    // distinct scores: block 2 alone is cut, other positions of it are fine ...
+    const double cut[3] = {2.0, 1.0, 0.5};
+    const int64_t cut_other[11] = {0, 1, 2, 3, 4, 5, 6, 7, 9, 10, 11};
+    cr_assert(td_cmp_qsa_row_explained(A, cut_other, 11, cut, 3, 4, 0.0));
+    // ... but trading block 1 (score 1) for block 2 (0.5) is a tie only within a tolerance of 0.5
+    const int64_t swapped[11] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 5, 6};
+    cr_assert(!td_cmp_qsa_row_explained(A, swapped, 11, cut, 3, 4, 0.0));
+    cr_assert(!td_cmp_qsa_row_explained(A, swapped, 11, cut, 3, 4, 0.49));
+    cr_assert(td_cmp_qsa_row_explained(A, swapped, 11, cut, 3, 4, 0.5));
+    // a position outside every complete block (here 12, not yet cached) is never a tie
+    const int64_t beyond[11] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 12};
+    cr_assert(!td_cmp_qsa_row_explained(A, beyond, 11, tie, 3, 4, 0.0));
+}
+
+/* One decode step at p = 11 with the given block scores and selection. */
+static void write_qsa(const char *path, td_dtype dt, const double *scores, const double *sel, const char *backend) {
+    td_tap_sink *s = tg_open(path, backend, dt == TD_DT_F64 ? "f64" : "f32", "abc");
+    tg_step(s, TD_STEP_DECODE, 11, 1);
+    const double tok[1] = {7}, pos[1] = {11};
+    const int64_t sh1[1] = {1};
+    tg_emit(s, "inp.tokens", TD_DT_I32, tok, 1, sh1);
+    tg_emit(s, "inp.pos", TD_DT_I32, pos, 1, sh1);
+    tg_emit2(s, "blk.1.qsa_scores", dt, scores, 1, 3);
+    tg_emit2(s, "blk.1.qsa_sel", TD_DT_I32, sel, 1, 11);
+    tg_end(s);
+    tg_close(s);
+}
+
+Test(compare, qsa_sel_tie_at_the_cut_is_conformant_and_a_wrong_block_is_not) {
+    const double scores[3] = {2.0, 1.0, 1.0};
+    const double a[11] = {0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10};      // rank order: block 0, block 1, cut block 2
+    const double tie[11] = {0, 1, 2, 3, 8, 9, 10, 11, 4, 6, 7};    // block 2 first, block 1 cut: an exact tie
+    const double wrong[11] = {4, 5, 6, 7, 8, 9, 10, 11, 0, 1, 2};  // block 0 (the best) cut: a bug
+    write_qsa(P("qa.h5"), TD_DT_F64, scores, a, "ref");
+    write_qsa(P("qb.h5"), TD_DT_F32, scores, tie, "cand");
+    write_qsa(P("qc.h5"), TD_DT_F32, scores, wrong, "cand");
+    td_cmp_options o = td_cmp_options_default();
+    td_cmp_result *r = cmp(P("qa.h5"), P("qb.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    const td_cmp_tap *t = find(r, 0, "blk.1.qsa_sel");
+    cr_assert_gt(t->n_int_mismatch, 0, "the selections do differ");
+    cr_assert_eq(t->n_int_qsa_tie, t->n_int_mismatch);
+    td_cmp_result_free(r);
+    r = cmp(P("qa.h5"), P("qc.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.1.qsa_sel");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->fail, TD_CMPF_INTEGER);
+    td_cmp_result_free(r);
 }
