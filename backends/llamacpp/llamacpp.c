@@ -993,6 +993,7 @@ static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
         o->qsa_sc = grow(o->qsa_sc, &o->qsa_sc_cap, (size_t)(T * nbp) * sizeof(float));
         memcpy(o->qsa_sc, c->data, (size_t)(T * nbp) * sizeof(float));
         o->qsa_nb = nbp, o->qsa_layer = L;
+        if (nb == 0) return TD_OK; // no complete block yet: no tap, as the reference (the selection still needs the node)
         float *v = c->data;
         for (int64_t i = 0; i < T; i++)
             for (int64_t b = 0; b < nb; b++) v[i * nb + b] = (b + 1) * r <= pos0 + i + 1 ? o->qsa_sc[i * nbp + b] : -1.0f;

@@ -1246,6 +1246,10 @@ Test(llamacpp, qwen4exp_node_mapping_is_complete_and_right, .init = make_tmpdir,
                 if (layered) snprintf(name, sizeof name, "blk.%u.%s", L, e->name + 6);
                 else snprintf(name, sizeof name, "%s", e->name);
                 const td_tap_info *t = find_tap(ti, n, name);
+                if (!strcmp(e->name, "blk.L.qsa_scores") && n_kv / hp->qsa_ratio[L] == 0) { // no complete block yet
+                    cr_expect_null(t, "step %lld: %s without a complete block", (long long)step, name);
+                    continue;
+                }
                 cr_assert_not_null(t, "step %lld: the peer emits no %s", (long long)step, name);
                 char shp[64];
                 snprintf(shp, sizeof shp, "%s", e->shape);
