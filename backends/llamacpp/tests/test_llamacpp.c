@@ -181,13 +181,7 @@ Test(llamacpp, every_fixture_loads_and_agrees_with_ref, .init = make_tmpdir, .fi
             unlink(path);
             continue;
         }
-        const char *pending = td_test_ref_pending(td_fixture_at(i)->arch);
-        if (pending) {
-            cr_log_info("%s: skipped: %s", name, pending);
-            td_model_close(m);
-            unlink(path);
-            continue;
-        }
+        // qwen4exp runs here: 6 tokens select every visible position (W >= 11), so no tie order enters
         const int64_t V = m->hp.n_vocab;
         double *a = malloc((size_t)(T * V) * sizeof *a), *b = malloc((size_t)(T * V) * sizeof *b);
         td_backend *ref = open_backend("ref", m, 16), *lc = open_backend("llamacpp", m, 16);
@@ -730,9 +724,9 @@ Test(llamacpp, bisect_every_fixture_with_profile_matched_control, .init = make_t
     static char out[1 << 16];
     for (size_t i = 0; i < td_fixture_count(); i++) {
         const char *name = td_fixture_at(i)->name;
-        const char *pending = td_test_ref_pending(td_fixture_at(i)->arch);
-        if (pending) {
-            fprintf(stderr, "bisect %s skipped: %s\n", name, pending);
+        if (!strcmp(td_fixture_at(i)->arch, "qwen4exp")) { // README: "ref against the llamacpp arm on qwen4exp"
+            fprintf(stderr, "bisect %s skipped: llama.cpp keeps other positions of a cut QSA block than the "
+                            "reference (spec §7.1), so attn_ctx differs where the selection is sparse\n", name);
             continue;
         }
         const int st = bisect(name, name, NULL, NULL, out, sizeof out);
