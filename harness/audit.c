@@ -88,8 +88,8 @@ static int32_t layer_of(const char *name, const char *suffix) {
     return (int32_t)v;
 }
 
-/* The MoE layers of step 0 (those with a moe_topk tap), ascending. */
-static int find_layers(const td_tapfile *f, int32_t **layers, int *n, td_err *err) {
+/* The layers of step 0 with a blk.L.<suffix> tap (moe_topk: the MoE layers), ascending. */
+static int find_layers_of(const td_tapfile *f, const char *suffix, int32_t **layers, int *n, td_err *err) {
     *layers = NULL;
     *n = 0;
     if (td_tapfile_n_steps(f) == 0) return TD_OK;
@@ -100,7 +100,7 @@ static int find_layers(const td_tapfile *f, int32_t **layers, int *n, td_err *er
     int32_t *v = td_xmalloc((size_t)(nt + 1) * sizeof *v);
     int cnt = 0;
     for (int64_t i = 0; i < nt; i++) {
-        const int32_t l = layer_of(taps[i].name, "moe_topk");
+        const int32_t l = layer_of(taps[i].name, suffix);
         if (l >= 0) v[cnt++] = l;
     }
     free(taps);
@@ -114,6 +114,10 @@ static int find_layers(const td_tapfile *f, int32_t **layers, int *n, td_err *er
     *layers = v;
     *n = cnt;
     return TD_OK;
+}
+
+static int find_layers(const td_tapfile *f, int32_t **layers, int *n, td_err *err) {
+    return find_layers_of(f, "moe_topk", layers, n, err);
 }
 
 /* The score tap of layer l: moe_probs with data, else moe_logits with data. */
@@ -663,3 +667,304 @@ fail:
     return rc;
 }
 
+
+/* ======================================================================= */
+/* The QSA indexer's selection (audit.h)                                   */
+/* ======================================================================= */
+
+#define QSA_TAIL_SCORE 1e9 /* llama.cpp's bias on the tail: it always ranks first */
+
+typedef struct qsa_arm {
+    td_tapfile *f;
+    const char *path;
+    double *sc;   // (T, NB) block scores
+    int64_t *sel; // (T, W)
+    int64_t NB;
+    td_dtype dt;
+    size_t cap_s, cap_k;
+} qsa_arm;
+
+void td_audit_qsa_result_free(td_audit_qsa_result *r) {
+    if (!r) return;
+    free(r->layers);
+    free(r);
+}
+
+/* A [T, n] tap with data (n may be 0); *n_cols from it, or checked when >= 0. */
+static int qsa_read(qsa_arm *a, int64_t step, int32_t l, const char *base, int64_t T, int64_t *n_cols, int want_int,
+                    td_err *err) {
+    char name[TD_TAP_NAME_MAX];
+    snprintf(name, sizeof name, "blk.%d.%s", (int)l, base);
+    td_tap_info ti;
+    int rc = td_tapfile_tap(a->f, step, name, &ti, err);
+    if (rc) return rc;
+    if (!ti.has_data)
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s has no data (fingerprint only); the audit needs its values",
+                          a->path, (long long)step, name);
+    if (ti.ndim != 2 || ti.shape[0] != T || (*n_cols >= 0 && ti.shape[1] != *n_cols))
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s: expected shape [%lld, %s], found %d-D", a->path,
+                          (long long)step, name, (long long)T, *n_cols >= 0 ? "as in step 0" : "n", ti.ndim);
+    if (want_int != td_dtype_is_int(ti.dtype))
+        return td_err_set(err, TD_EINPUT, "%s: step %lld: %s: expected %s values, found %s", a->path, (long long)step,
+                          name, want_int ? "integer" : "floating-point", td_dtype_name(ti.dtype));
+    *n_cols = ti.shape[1];
+    const size_t n = (size_t)(T * *n_cols);
+    if (want_int) {
+        a->sel = grow(a->sel, &a->cap_k, n, sizeof *a->sel);
+        return n ? td_tapfile_read_i64(a->f, step, name, a->sel, n, err) : TD_OK;
+    }
+    a->dt = ti.dtype;
+    a->sc = grow(a->sc, &a->cap_s, n, sizeof *a->sc);
+    return n ? td_tapfile_read_f64(a->f, step, name, a->sc, n, err) : TD_OK;
+}
+
+/* The block size from a step's -1 pattern (0: not decided yet); checks it. */
+static int qsa_ratio(const qsa_arm *a, int64_t step, int32_t l, int64_t pos0, int64_t T, int64_t *r, td_err *err) {
+    for (int64_t t = 0; t < T; t++) {
+        int64_t c = 0;
+        for (int64_t b = 0; b < a->NB; b++) c += a->sc[t * a->NB + b] >= 0;
+        if (!*r && c == 1 && (t > 0 || pos0 == 0 || step > 0)) *r = pos0 + t + 1;
+        if (*r && c != (pos0 + t + 1) / *r)
+            return td_err_set(err, TD_EINPUT,
+                              "%s: step %lld: blk.%d.qsa_scores row %lld (position %lld) has %lld complete blocks; "
+                              "block size %lld gives %lld",
+                              a->path, (long long)step, (int)l, (long long)t, (long long)(pos0 + t), (long long)c,
+                              (long long)*r, (long long)((pos0 + t + 1) / *r));
+    }
+    return TD_OK;
+}
+
+/* Position scores of token t at position p into ps (p + 1). */
+static void qsa_pos_scores(const qsa_arm *a, int64_t t, int64_t p, int64_t r, double *ps) {
+    const int64_t tail0 = (p + 1) / r * r;
+    for (int64_t s = 0; s <= p; s++) ps[s] = s >= tail0 ? QSA_TAIL_SCORE : a->sc[t * a->NB + s / r];
+}
+
+/* The valid selected positions of row t (ascending in sel_out); -1 when a
+ * position is > p or repeated. */
+static int64_t qsa_row(const qsa_arm *a, int64_t t, int64_t W, int64_t p, int64_t *out) {
+    int64_t m = 0;
+    for (int64_t j = 0; j < W; j++) {
+        const int64_t v = a->sel[t * W + j];
+        if (v < 0) continue;
+        if (v > p) return -1;
+        for (int64_t i = 0; i < m; i++)
+            if (out[i] == v) return -1;
+        out[m++] = v;
+    }
+    return m;
+}
+
+/* Block margins at the cut: the ranks of complete blocks by score; the pairs
+ * (last whole block, next) and, when the budget cuts a block, (cut block,
+ * next). min_gap: the smallest score gap of those pairs; f16: one pair ties
+ * in f16. Returns 1 when the budget cuts a block. */
+static int qsa_cut(const double *bs, int64_t nb, int64_t left, int64_t r, int64_t *order, double *min_gap, int *f16,
+                   double *s_max) {
+    for (int64_t b = 0; b < nb; b++) order[b] = b;
+    for (int64_t i = 1; i < nb; i++) // descending score, lower block first on equal scores
+        for (int64_t j = i; j > 0 && bs[order[j]] > bs[order[j - 1]]; j--) {
+            const int64_t x = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = x;
+        }
+    const int64_t full = left / r, part = left % r;
+    *min_gap = INFINITY, *f16 = 0, *s_max = 0;
+    int64_t pairs[2][2], np = 0;
+    if (full >= 1 && full < nb) pairs[np][0] = full - 1, pairs[np][1] = full, np++;
+    if (part > 0 && full + 1 < nb) pairs[np][0] = full, pairs[np][1] = full + 1, np++;
+    for (int64_t i = 0; i < np; i++) {
+        const double hi = bs[order[pairs[i][0]]], lo = bs[order[pairs[i][1]]];
+        *min_gap = fmin(*min_gap, hi - lo);
+        *f16 |= td_audit_round_f16(hi) == td_audit_round_f16(lo);
+        *s_max = fmax(*s_max, fmax(fabs(hi), fabs(lo)));
+    }
+    return part > 0;
+}
+
+int td_audit_qsa(const char *path, const char *other, const char *control, td_audit_qsa_result **out, td_err *err) {
+    *out = NULL;
+    qsa_arm io[3];
+    memset(io, 0, sizeof io);
+    const char *paths[3] = {path, other, control};
+    td_audit_qsa_result *r = td_xcalloc(1, sizeof *r);
+    int32_t *layers = NULL, *layers_b = NULL;
+    int n_layers = 0, n_layers_b = 0, rc = TD_OK;
+    int64_t *sel[2] = {NULL, NULL}, *order = NULL;
+    double *ps[2] = {NULL, NULL};
+    size_t cap_p = 0;
+    scratch sc = {0};
+    for (int a = 0; a < 3; a++) {
+        if (!paths[a]) continue;
+        io[a].path = paths[a];
+        if ((rc = td_tapfile_open(&io[a].f, paths[a], err))) goto fail;
+    }
+    r->n_arms = other ? 2 : 1;
+    r->n_steps = td_tapfile_n_steps(io[0].f);
+    if ((rc = find_layers_of(io[0].f, "qsa_sel", &layers, &n_layers, err))) goto fail;
+    if (other) {
+        arm_io ea = {.f = io[0].f, .path = path}, eb = {.f = io[1].f, .path = other};
+        if ((rc = check_same_steps(&ea, &eb, "the other arm", err))) goto fail;
+        if ((rc = find_layers_of(io[1].f, "qsa_sel", &layers_b, &n_layers_b, err))) goto fail;
+        int same = n_layers == n_layers_b;
+        for (int i = 0; same && i < n_layers; i++) same = layers[i] == layers_b[i];
+        if (!same) {
+            rc = td_err_set(err, TD_EINPUT, "%s has %d QSA layers (qsa_sel taps in step 0), %s has %d", other,
+                            n_layers_b, path, n_layers);
+            goto fail;
+        }
+    }
+    if (control) {
+        arm_io ea = {.f = io[0].f, .path = path}, ec = {.f = io[2].f, .path = control};
+        if ((rc = check_same_steps(&ea, &ec, "the control", err))) goto fail;
+    }
+    r->n_layers = n_layers;
+    r->layers = td_xcalloc((size_t)(n_layers ? n_layers : 1), sizeof *r->layers);
+    for (int i = 0; i < n_layers; i++) {
+        r->layers[i].layer = layers[i];
+        r->layers[i].W = -1;
+        where_none(&r->layers[i].first_unexplained);
+    }
+    for (int64_t s = 0; s < r->n_steps && !rc; s++) {
+        td_step_info si;
+        if ((rc = td_tapfile_step(io[0].f, s, &si, err))) break;
+        const int64_t T = si.n_tokens, pos0 = si.pos0;
+        for (int i = 0; i < n_layers && !rc; i++) {
+            td_audit_qsa_layer *L = &r->layers[i];
+            for (int a = 0; a < 3 && !rc; a++) {
+                if (!io[a].f) continue;
+                io[a].NB = -1;
+                int64_t W = L->W;
+                if ((rc = qsa_read(&io[a], s, layers[i], "qsa_scores", T, &io[a].NB, 0, err))) break;
+                if (a < 2 && (rc = qsa_read(&io[a], s, layers[i], "qsa_sel", T, &W, 1, err))) break;
+                if (a < 2) L->W = W;
+                if (a && io[a].NB != io[0].NB)
+                    rc = td_err_set(err, TD_EINPUT, "%s: step %lld: blk.%d.qsa_scores has %lld blocks, %s %lld",
+                                    io[a].path, (long long)s, (int)layers[i], (long long)io[a].NB, path,
+                                    (long long)io[0].NB);
+                if (!rc) rc = qsa_ratio(&io[a], s, layers[i], pos0, T, &L->r, err);
+            }
+            if (rc) break;
+            const int64_t W = L->W, rr = L->r, X = pos0 + T;
+            if ((size_t)X > cap_p) {
+                cap_p = (size_t)X;
+                for (int a = 0; a < 2; a++) {
+                    ps[a] = td_xrealloc(ps[a], cap_p * sizeof *ps[a]);
+                    sel[a] = td_xrealloc(sel[a], cap_p * sizeof *sel[a]);
+                }
+                order = td_xrealloc(order, cap_p * sizeof *order);
+            }
+            scratch_fit(&sc, X);
+            for (int64_t t = 0; t < T; t++) {
+                const int64_t p = pos0 + t;
+                L->n_tokens++;
+                if (p + 1 <= W || !rr) continue; // dense: every visible position, no boundary
+                L->n_sparse++;
+                double noise = 0;
+                const int64_t nb = (p + 1) / rr;
+                if (io[2].f)
+                    for (int64_t b = 0; b < nb; b++) {
+                        const double d = fabs(io[2].sc[t * io[2].NB + b] - io[0].sc[t * io[0].NB + b]);
+                        if (isfinite(d)) noise = fmax(noise, d);
+                    }
+                tok_eval ev[2];
+                int64_t m[2];
+                for (int a = 0; a < r->n_arms; a++) {
+                    qsa_pos_scores(&io[a], t, p, rr, ps[a]);
+                    m[a] = qsa_row(&io[a], t, W, p, sel[a]);
+                    if (m[a] == W) eval_token(&ev[a], &sc, ps[a], sel[a], p + 1, W, noise, io[a].dt);
+                }
+                // ties at the cut, on the first file's scores
+                const int64_t tail = p + 1 - nb * rr;
+                double gap, smax;
+                int f16;
+                const int cut = qsa_cut(io[0].sc + t * io[0].NB, nb, W - tail, rr, order, &gap, &f16, &smax);
+                const double thr = fmax(TD_AUDIT_NEAR_K * noise, td_cmp_floor(io[0].dt) * smax);
+                L->n_cut += cut;
+                if (gap == 0) L->n_exact++;
+                L->n_tie_f16 += f16;
+                if (gap > 0 && gap <= thr) L->n_near++;
+                for (int a = 0; a < r->n_arms; a++) {
+                    if (m[a] == W && ev[a].excess <= 0) continue;
+                    L->n_not_topw++;
+                    if (m[a] == W && ev[a].excess <= ev[a].thr) continue;
+                    L->n_not_topw_unexplained++;
+                    r->n_unexplained++;
+                    if (L->first_unexplained.step < 0)
+                        where_fill(&L->first_unexplained, s, t, pos0, -1, sel[a], NULL, W, NULL, NULL, NAN);
+                }
+                if (r->n_arms < 2 || m[0] != W || m[1] != W) continue;
+                mark_selection(&sc, sel[0], p + 1, W);
+                int same = 1;
+                for (int64_t j = 0; j < W; j++) same &= sc.pos[sel[1][j]] < W;
+                if (same) continue;
+                L->n_disagree++;
+                const double x_ab = selection_excess(&sc, ps[1], p + 1, W);
+                mark_selection(&sc, sel[1], p + 1, W);
+                const double x_ba = selection_excess(&sc, ps[0], p + 1, W);
+                const double on_a = fmax(ev[0].excess, x_ba), on_b = fmax(x_ab, ev[1].excess);
+                if (on_a <= 0 || on_b <= 0) {
+                    L->n_explained_exact++;
+                } else if (on_a <= ev[0].thr || on_b <= ev[1].thr) {
+                    L->n_explained_near++;
+                } else {
+                    L->n_unexplained++;
+                    r->n_unexplained++;
+                    if (L->first_unexplained.step < 0)
+                        where_fill(&L->first_unexplained, s, t, pos0, -1, sel[0], sel[1], W, &ev[0], &ev[1],
+                                   fmin(on_a, on_b));
+                }
+            }
+        }
+    }
+    if (rc) goto fail;
+    r->verdict = TD_OK;
+    if (!n_layers) {
+        r->verdict = TD_DIVERGENT;
+        snprintf(r->reason, sizeof r->reason, "no QSA selection taps (blk.L.qsa_sel) in step 0 of %s: nothing audited",
+                 path);
+    } else if (r->n_unexplained) {
+        r->verdict = TD_DIVERGENT;
+        for (int i = 0; i < n_layers; i++) {
+            const td_audit_where *w = &r->layers[i].first_unexplained;
+            if (w->step < 0) continue;
+            snprintf(r->reason, sizeof r->reason,
+                     "%lld unexplained QSA selection(s); first: layer %d, step %lld, position %lld", (long long)r->n_unexplained,
+                     (int)r->layers[i].layer, (long long)w->step, (long long)w->pos);
+            break;
+        }
+    } else {
+        snprintf(r->reason, sizeof r->reason, "every QSA selection is a top-W of its scores%s",
+                 other ? "; every disagreement explained by a tie at the cut" : "");
+    }
+    *out = r;
+    r = NULL;
+fail:
+    for (int a = 0; a < 3; a++) {
+        td_tapfile_close(io[a].f);
+        free(io[a].sc), free(io[a].sel);
+    }
+    free(layers), free(layers_b), free(order);
+    for (int a = 0; a < 2; a++) free(ps[a]), free(sel[a]);
+    free(sc.pos), free(sc.taken);
+    td_audit_qsa_result_free(r);
+    return rc;
+}
+
+void td_audit_qsa_print(FILE *f, const td_audit_qsa_result *r) {
+    fprintf(f, "| layer | r | W | tokens | sparse | cut block | exact block tie | f16 tie | near | not top-W (unexpl.) |%s\n",
+            r->n_arms == 2 ? " disagree | expl. exact | expl. near | unexplained |" : "");
+    fprintf(f, "|---|---|---|---|---|---|---|---|---|---|%s\n", r->n_arms == 2 ? "---|---|---|---|" : "");
+    for (int i = 0; i < r->n_layers; i++) {
+        const td_audit_qsa_layer *L = &r->layers[i];
+        fprintf(f, "| %d | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld | %lld (%lld) |", (int)L->layer,
+                (long long)L->r, (long long)L->W, (long long)L->n_tokens, (long long)L->n_sparse, (long long)L->n_cut,
+                (long long)L->n_exact, (long long)L->n_tie_f16, (long long)L->n_near, (long long)L->n_not_topw,
+                (long long)L->n_not_topw_unexplained);
+        if (r->n_arms == 2)
+            fprintf(f, " %lld | %lld | %lld | %lld |", (long long)L->n_disagree, (long long)L->n_explained_exact,
+                    (long long)L->n_explained_near, (long long)L->n_unexplained);
+        fputc('\n', f);
+    }
+    fprintf(f, "\nverdict: %s: %s\n", r->verdict == TD_OK ? "PASS" : "FAIL", r->reason);
+}

@@ -170,6 +170,58 @@ typedef struct td_audit_result {
 int td_audit(const char *path, const char *other, const char *control, td_audit_result **out, td_err *err);
 void td_audit_result_free(td_audit_result *r);
 
+/* ---- The QSA indexer's selection (qwen4exp, arch-qwen4exp.md §4.5, §7.1) ----
+ * Per step, per layer with blk.L.qsa_sel [T, W] (positions, -1 pads) and
+ * blk.L.qsa_scores [T, NB] (complete blocks; -1 where a block is not
+ * complete for the token), per SPARSE token (p + 1 > W; a dense one selects
+ * every visible position): each visible position s scores its block's score
+ * (the tail T_p..p, T_p = floor((p+1)/r)·r, scores 1e9 as in llama.cpp, so
+ * it always ranks first); the selection is a top-W of those position scores.
+ * The block size r is read from the scores' -1 pattern (the first position
+ * whose row has a complete block is r - 1; every row must then have
+ * floor((p+1)/r) of them). With s_W and s_W+1 the W-th and (W+1)-th largest
+ * position scores:
+ *   cut      (W - |tail|) is not a multiple of r: the budget cuts a block,
+ *            whose positions tie by construction (s_W = s_W+1, counted apart)
+ *   exact    s_W = s_W+1 between two different blocks (a block tie at the cut)
+ *   f16      the two would tie after rounding both to f16
+ *   near     0 < margin <= thr, thr as for routers (4 x control noise over the
+ *            token's complete-block scores, or the precision floor)
+ *   not top-W the selection is not a top-W of the arm's own position scores
+ *            (explained within thr), or holds a position > p or twice.
+ * Two files: the SETS of selected positions per token; a disagreement is
+ * explained when, on one arm's scores, both sets are top-W within that arm's
+ * threshold (exactly: thr = 0), as for routers. Verdict TD_OK when some QSA
+ * layer was audited and nothing is unexplained. */
+typedef struct td_audit_qsa_layer {
+    int32_t layer;
+    int64_t r, W;
+    int64_t n_tokens;        /* all tokens seen */
+    int64_t n_sparse;        /* with a boundary (p + 1 > W) */
+    int64_t n_cut;           /* the budget cuts a block */
+    int64_t n_exact;         /* block tie at the W-th position (cut blocks excluded) */
+    int64_t n_tie_f16;       /* would tie in f16 (exact ones included, cut blocks excluded) */
+    int64_t n_near;
+    int64_t n_not_topw, n_not_topw_unexplained;
+    int64_t n_disagree, n_explained_exact, n_explained_near, n_unexplained; /* two files */
+    td_audit_where first_unexplained; /* sel_a/sel_b: the first positions of each selection */
+} td_audit_qsa_layer;
+
+typedef struct td_audit_qsa_result {
+    int n_arms;
+    td_audit_qsa_layer *layers; /* the first file's view; pair counts filled with two files */
+    int n_layers;
+    int64_t n_steps;
+    int64_t n_unexplained;
+    int verdict;
+    char reason[512];
+} td_audit_qsa_result;
+
+int td_audit_qsa(const char *path, const char *other, const char *control, td_audit_qsa_result **out, td_err *err);
+void td_audit_qsa_result_free(td_audit_qsa_result *r);
+/* One Markdown table of the result on f. */
+void td_audit_qsa_print(FILE *f, const td_audit_qsa_result *r);
+
 /* Nearest bf16 / f16 value of x (round to nearest, ties to even; overflow
  * to +-inf; NaN stays NaN), as a double. */
 double td_audit_round_bf16(double x);

@@ -240,9 +240,10 @@ static int read_recurrent(const td_binder *b, td_hparams *hp, uint32_t n_all) {
     return TD_OK;
 }
 
-static int read_qwen3next(const td_binder *b, td_hparams *hp) {
+/* The MoE keys and the shared expert's width F_sh (default: the dense
+ * feed_forward_length), which every layer of qwen3next and qwen4exp has. */
+static int read_ffn_shexp(const td_binder *b, td_hparams *hp, uint32_t n_all) {
     const char *P = b->g->path, *A = b->arch;
-    const uint32_t n_all = hp->n_layer; /* block_count: trunk + MTP; per-layer arrays have this length */
     TRY(read_ffn(b, hp));
     uint32_t n_ff_dense = 0;
     TRY(td_bind_u32(b, "feed_forward_length", 0, 0, n_all, &n_ff_dense));
@@ -252,6 +253,13 @@ static int read_qwen3next(const td_binder *b, td_hparams *hp) {
                           "%s: key '%s.expert_shared_feed_forward_length': expected F_sh > 0 (every layer has a "
                           "shared expert), found 0%s",
                           P, A, td_bind_has(b, "expert_shared_feed_forward_length") ? "" : " (default feed_forward_length)");
+    return TD_OK;
+}
+
+static int read_qwen3next(const td_binder *b, td_hparams *hp) {
+    const char *P = b->g->path, *A = b->arch;
+    const uint32_t n_all = hp->n_layer; /* block_count: trunk + MTP; per-layer arrays have this length */
+    TRY(read_ffn_shexp(b, hp, n_all));
 
     TRY(td_bind_u32(b, "nextn_predict_layers", 0, 0, 0, &hp->n_nextn));
     if (hp->n_nextn >= n_all)
@@ -542,15 +550,7 @@ static int read_ple(const td_binder *b, td_hparams *hp) {
 
 static int read_qwen4exp(const td_binder *b, td_hparams *hp) {
     const char *P = b->g->path, *A = b->arch;
-    TRY(read_ffn(b, hp));
-    uint32_t n_ff_dense = 0;
-    TRY(td_bind_u32(b, "feed_forward_length", 0, 0, hp->n_layer, &n_ff_dense));
-    TRY(td_bind_u32(b, "expert_shared_feed_forward_length", 0, n_ff_dense, 0, &hp->n_ff_shexp));
-    if (hp->n_ff_shexp == 0)
-        return td_err_set(b->err, TD_EINPUT,
-                          "%s: key '%s.expert_shared_feed_forward_length': expected F_sh > 0 (every layer has a "
-                          "shared expert), found 0%s",
-                          P, A, td_bind_has(b, "expert_shared_feed_forward_length") ? "" : " (default feed_forward_length)");
+    TRY(read_ffn_shexp(b, hp, hp->n_layer));
     if (hp->n_layer > Q3N_MAX_TRUNK)
         return td_err_set(b->err, TD_EINPUT, "%s: key '%s.block_count': expected at most %u layers, found %u", P, A,
                           Q3N_MAX_TRUNK, hp->n_layer);

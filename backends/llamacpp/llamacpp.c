@@ -60,6 +60,7 @@ static char g_features[256]; /* variant "auto": the CPU features ggml reports as
  * our messages. */
 static pthread_mutex_t g_log_mu = PTHREAD_MUTEX_INITIALIZER;
 static char g_log_last[512];
+static char g_log_prev[512]; /* the error before the last one: a loader's reason before its "failed to load" */
 static int g_log_in_error; /* the previous piece was an error (CONT pieces continue it) */
 /* ggml-vulkan states each device's arithmetic capabilities (fp16, int dot,
  * matrix cores) only in a debug log line: kept per device index. */
@@ -78,6 +79,7 @@ static void log_sink(enum ggml_log_level level, const char *text, void *user) {
         g_vk_lines[idx][strcspn(g_vk_lines[idx], "\r\n")] = '\0';
     }
     if (level == GGML_LOG_LEVEL_ERROR) {
+        if (g_log_last[0]) memcpy(g_log_prev, g_log_last, sizeof g_log_prev);
         g_log_last[0] = '\0';
         g_log_in_error = 1;
     } else if (level != GGML_LOG_LEVEL_CONT) {
@@ -94,7 +96,7 @@ static void log_sink(enum ggml_log_level level, const char *text, void *user) {
 
 static void log_clear(void) {
     pthread_mutex_lock(&g_log_mu);
-    g_log_last[0] = '\0';
+    g_log_last[0] = g_log_prev[0] = '\0';
     g_log_in_error = 0;
     pthread_mutex_unlock(&g_log_mu);
 }
@@ -318,7 +320,7 @@ static int gpu_ready(lc_kind k, td_err *err) {
 /* ===================================================================== */
 
 /* Width W of a canonical [T, W] tap, from the model's hyper-parameters. */
-typedef enum width_kind { W_E, W_Q, W_KV, W_F, W_X, W_K, W_V, W_C, W_KD, W_VD, W_HV } width_kind;
+typedef enum width_kind { W_E, W_Q, W_KV, W_F, W_X, W_K, W_V, W_C, W_KD, W_VD, W_HV, W_HCD, W_HC, W_QI, W_DI } width_kind;
 
 #define MAX_OPS 2
 typedef struct node_rule {
@@ -404,11 +406,63 @@ static const node_rule rules_qwen3next[] = {
     {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
 };
 
-/* qwen4exp: the logits only, until its node rules are written (arch-qwen4exp.md §6): its stream stacks
- * ({E, hc, T}) and renamed nodes would misfire under the other tables' rules */
+/* qwen4exp (arch-qwen4exp.md §4, §6). A stream stack {E, hc, T} is read as
+ * [T, hc·E] rows, stream-major, as the catalog has it. hc_gate, hc_inject and
+ * hc_mixed come twice per layer (the attention mixer, then the FFN mixer
+ * after hc_combine): classify renames the second ones (q4x_ffn_phase). The
+ * final mixer's nodes carry no layer (hc_gate; its output is result_norm). */
 static const node_rule rules_qwen4exp[] = {
+    {"model.input_embed", 0, {GGML_OP_GET_ROWS, GGML_OP_GET_ROWS}, "inp.embd", W_E, TD_DT_F32},
+    {"ple_embd", 0, {GGML_OP_RESHAPE, GGML_OP_RESHAPE}, "inp.ple_embd", W_E, TD_DT_F32},
+    {"ple_gate", 1, {GGML_OP_UNARY, GGML_OP_UNARY}, "ple_gate", W_HC, TD_DT_F32},
+    {"ple_gated_value", 1, {GGML_OP_MUL, GGML_OP_MUL}, "ple_gated", W_HCD, TD_DT_F32},
+    {"ple_conv_out", 1, {GGML_OP_RESHAPE, GGML_OP_RESHAPE}, "ple_conv", W_HCD, TD_DT_F32},
+    {"hc_gate", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "hc_attn_gate", W_HCD, TD_DT_F32},
+    {"hc_inject", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "hc_attn_inject", W_HC, TD_DT_F32},
+    // the fused mixer (DSV4_HC_PRE), or the unfused mean over the streams
+    {"hc_mixed", 1, {GGML_OP_DSV4_HC_PRE, GGML_OP_SCALE}, "attn_norm", W_E, TD_DT_F32},
+    // QSA indexer (scores and selection: special cases in classify)
+    {"indexer_k_raw", 1, {GGML_OP_RESHAPE, GGML_OP_RESHAPE}, "qsa_k_raw", W_DI, TD_DT_F32},
+    {"indexer_q", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "qsa_q", W_QI, TD_DT_F32},
+    // gated attention: Qcur_full holds [q; gate] per head, q read as a view
+    {"Qcur_reshaped", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "attn_q", W_Q, TD_DT_F32},
+    {"Kcur", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "attn_k", W_KV, TD_DT_F32},
+    {"Vcur", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "attn_v", W_KV, TD_DT_F32},
+    {"gate_reshaped", 1, {GGML_OP_CONT, GGML_OP_CONT}, "attn_gate", W_Q, TD_DT_F32},
+    {"Qcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_q_norm", W_Q, TD_DT_F32},
+    {"Kcur_normed", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_k_norm", W_KV, TD_DT_F32},
+    {"Qcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_q_rope", W_Q, TD_DT_F32},
+    {"Kcur", 1, {GGML_OP_ROPE, GGML_OP_ROPE}, "attn_k_rope", W_KV, TD_DT_F32},
+    {"attn_pregate", 1, {GGML_OP_CONT, GGML_OP_RESHAPE}, "attn_ctx", W_Q, TD_DT_F32},
+    {"attn_gated", 1, {GGML_OP_MUL, GGML_OP_MUL}, "attn_gated", W_Q, TD_DT_F32},
+    {"attn_output", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "attn_out", W_E, TD_DT_F32},
+    // GDN (as qwen3next, but a named qkv product and separate beta)
+    {"linear_attn_qkv_mixed", 1, {GGML_OP_RESHAPE, GGML_OP_RESHAPE}, "ssm_qkv", W_C, TD_DT_F32},
+    {"z", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ssm_z", W_VD, TD_DT_F32},
+    {"beta_sigmoid", 1, {GGML_OP_UNARY, GGML_OP_UNARY}, "ssm_beta", W_HV, TD_DT_F32},
+    {"gate", 1, {GGML_OP_MUL, GGML_OP_MUL}, "ssm_gate", W_HV, TD_DT_F32},
+    {"q_conv", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "ssm_q", W_KD, TD_DT_F32},
+    {"k_conv", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "ssm_k", W_KD, TD_DT_F32},
+    {"v_conv_predelta", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "ssm_v", W_VD, TD_DT_F32}, // v_conv renamed in place
+    {"final_output", 1, {GGML_OP_RESHAPE, GGML_OP_RESHAPE}, "ssm_gated", W_VD, TD_DT_F32},
+    {"linear_attn_out", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ssm_out", W_E, TD_DT_F32},
+    // the stream stack after the attention combine; the FFN; the layer's stream stack
+    {"hc_combine", 1, {GGML_OP_DSV4_HC_POST, GGML_OP_ADD}, "ffn_inp", W_HCD, TD_DT_F32},
+    {"ffn_moe_logits", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "moe_logits", W_X, TD_DT_F32},
+    {"ffn_moe_probs", 1, {GGML_OP_SOFT_MAX, GGML_OP_SOFT_MAX}, "moe_probs", W_X, TD_DT_F32},
+    {"ffn_moe_topk", 1, {GGML_OP_VIEW, GGML_OP_VIEW}, "moe_topk", W_K, TD_DT_I32},
+    {"ffn_moe_weights_norm", 1, {GGML_OP_DIV, GGML_OP_DIV}, "moe_weights", W_K, TD_DT_F32},
+    {"ffn_shexp", 1, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "ffn_shexp", W_E, TD_DT_F32},
+    {"ffn_out", 1, {GGML_OP_ADD, GGML_OP_ADD}, "ffn_out", W_E, TD_DT_F32},
+    {"l_last", 1, {GGML_OP_DSV4_HC_POST, GGML_OP_ADD}, "out", W_HCD, TD_DT_F32},
+    {"hc_gate", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.hc_gate", W_HCD, TD_DT_F32},
+    {"result_norm", 0, {GGML_OP_SCALE, GGML_OP_DSV4_HC_PRE}, "out.norm", W_E, TD_DT_F32},
     {"result_output", 0, {GGML_OP_MUL_MAT, GGML_OP_MUL_MAT}, "out.logits", W_V, TD_DT_F32},
 };
+
+/* The second mixer of a qwen4exp layer: the attention mixer's tap -> the FFN's. */
+static const char *const q4x_ffn_phase[][2] = {
+    {"hc_attn_gate", "hc_ffn_gate"}, {"hc_attn_inject", "hc_ffn_inject"}, {"attn_norm", "ffn_norm"}};
 
 /* qwen3next nodes read beyond a plain [T, W] copy */
 typedef enum lc_special {
@@ -416,17 +470,41 @@ typedef enum lc_special {
     SP_GDN = 1,        /* GATED_DELTA_NET: [output (T, Hv*dv) ; new state (Hv, dv, dk)] -> ssm_core, ssm_state */
     SP_CONV_STATE = 2, /* conv_input (CONCAT [state ; m], ne (K-1+T, C)): its last K-1 columns -> ssm_conv_state */
     SP_FLAT = 3,       /* one value per token -> [T] */
+    /* qwen4exp */
+    SP_CONV_STATE_T = 4, /* the PLE conv's CONCAT [history ; Nv]: its last (Kp-1)·Ng columns, time-major */
+    SP_QSA_SCORES = 5,   /* indexer_score (T, padded blocks): complete blocks only, -1 where not complete */
+    SP_QSA_SEL = 6,      /* indexer_top_k (T, W) cells: positions in the catalog's rank order */
+    SP_KCACHE = 7,       /* src 0 of the block gather: the raw indexer key cache, its first n_kv rows */
+    SP_PLE_ROWS = 8,     /* src 1 of the PLE table gather: the hashed rows, (T, Np) */
 } lc_special;
 
 /* taps of the qwen3next nodes classify recognises by op and operands */
 static const char *const special_taps_qwen3next[] = {"ssm_qkv", "ssm_beta", "ffn_shexp_gate", "ssm_conv_state",
                                                      "ssm_core", "ssm_state"};
 
+/* qwen4exp's taps beyond its rules: the FFN mixer's renamed ones and the special nodes */
+static const char *const special_taps_qwen4exp[] = {
+    "blk.L.hc_ffn_gate", "blk.L.hc_ffn_inject", "blk.L.ffn_norm",  "blk.L.ffn_shexp_gate",
+    "blk.L.ssm_conv_state", "blk.L.ssm_core", "blk.L.ssm_state", "blk.L.ple_conv_state",
+    "blk.L.ple_out", "blk.L.qsa_scores", "blk.L.qsa_sel", "blk.L.qsa_kcache", "inp.ple_rows"};
+
 const char *td_llamacpp_mapped_tap(size_t i, char *buf, size_t cap) {
     // the rules, the unnamed output projection recognised by its weight, then
-    // qwen3next's rules and its special nodes
+    // qwen3next's rules and its special nodes, then qwen4exp's
     const size_t n = sizeof rules / sizeof rules[0], nq = sizeof rules_qwen3next / sizeof rules_qwen3next[0];
     const size_t ns = sizeof special_taps_qwen3next / sizeof special_taps_qwen3next[0];
+    const size_t n4 = sizeof rules_qwen4exp / sizeof rules_qwen4exp[0];
+    const size_t ns4 = sizeof special_taps_qwen4exp / sizeof special_taps_qwen4exp[0];
+    const size_t q4 = n + 1 + nq + ns;
+    if (i >= q4 && i < q4 + n4) {
+        const node_rule *r = &rules_qwen4exp[i - q4];
+        snprintf(buf, cap, "%s%s", r->layered ? "blk.L." : "", r->tap);
+        return buf;
+    }
+    if (i >= q4 + n4 && i < q4 + n4 + ns4) {
+        snprintf(buf, cap, "%s", special_taps_qwen4exp[i - q4 - n4]);
+        return buf;
+    }
     if (i < n) {
         snprintf(buf, cap, "%s%s", rules[i].layered ? "blk.L." : "", rules[i].tap);
     } else if (i == n) {
@@ -503,6 +581,13 @@ typedef struct lc_obs {
     td_dtype want_dtype;
     int want_attn;       /* ne[0] spans the KV cells: slice to n_kv */
     int want_special;    /* lc_special */
+    int want_src;        /* -1: read the node; else its source of that index (an input or cache view) */
+    int cells_are_pos;   /* one sequence: KV cell i holds position i (qwen4exp's indexer taps need it) */
+    int q4x_comb_layer;  /* qwen4exp: the layer whose attention combine ran (its next mixer is the FFN's) */
+    float *qsa_sc;       /* qwen4exp: the last indexer_score node (T, qsa_nb), for its selection */
+    size_t qsa_sc_cap;
+    int64_t qsa_nb;
+    int qsa_layer;
     float *spare;        /* qwen3next: the state part of a GATED_DELTA_NET node */
     size_t spare_cap;
 
@@ -719,6 +804,10 @@ static int64_t width_of(const td_hparams *hp, width_kind w) {
     case W_KD: return (int64_t)hp->ssm_n_group * hp->ssm_d_state;
     case W_VD: return hp->ssm_d_inner;
     case W_HV: return hp->ssm_dt_rank;
+    case W_HCD: return (int64_t)hp->hc * hp->n_embd;
+    case W_HC: return hp->hc;
+    case W_QI: return (int64_t)hp->idx_heads * hp->idx_dim;
+    case W_DI: return hp->idx_dim;
     }
     return 0;
 }
@@ -749,6 +838,43 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     width_kind wk = hit ? hit->width : W_E;
     td_dtype dt = hit ? hit->dtype : TD_DT_F32;
     o->want_special = SP_NONE;
+    o->want_src = -1;
+    if (hit && q4x && layer >= 0) {
+        if (!strcmp(tap, "ffn_inp")) o->q4x_comb_layer = layer;
+        for (size_t i = 0; i < sizeof q4x_ffn_phase / sizeof q4x_ffn_phase[0]; i++)
+            if (o->q4x_comb_layer == layer && !strcmp(tap, q4x_ffn_phase[i][0])) tap = q4x_ffn_phase[i][1];
+    }
+    if (!hit && q4x) {
+        // unnamed qwen4exp nodes, and named ones read beyond a [T, W] copy
+        char b0[GGML_MAX_NAME];
+        int l0 = -1, used = 0;
+        const char *s0 = t->src[0] ? t->src[0]->name : "";
+        const struct ggml_tensor *s1 = t->src[1];
+        if (is_sigmoid(t) && layer >= 0 && !strcmp(base, "shared_expert_gate_sigmoid")) {
+            tap = "ffn_shexp_gate", o->want_special = SP_FLAT;
+        } else if (t->op == GGML_OP_CONCAT && (l0 = split_layer(s0, b0)) >= 0 && !strcmp(b0, "conv_state_at")) {
+            // the PLE layer has two: the PLE conv's (hc·E channels) comes first, then the GDN's (C)
+            const int ple = t->ne[1] == width_of(o->hp, W_HCD) && o->hp->ple_layer == l0;
+            tap = ple ? "ple_conv_state" : "ssm_conv_state", tap_layer = l0;
+            o->want_special = ple ? SP_CONV_STATE_T : SP_CONV_STATE;
+        } else if (t->op == GGML_OP_GATED_DELTA_NET && (l0 = split_layer(s0, b0)) >= 0) {
+            tap = "ssm_core", tap_layer = l0, o->want_special = SP_GDN;
+        } else if (t->op == GGML_OP_ADD && s1 && s1->op == GGML_OP_ADD && s1->src[1] &&
+                   (l0 = split_layer(s1->src[1]->name, b0)) >= 0 && !strcmp(b0, "ple_conv_out")) {
+            tap = "ple_out", tap_layer = l0, wk = W_HCD; // Rs + (gated value + conv)
+        } else if (o->cells_are_pos && layer >= 0 && !strcmp(base, "indexer_score") &&
+                   (t->op == GGML_OP_ADD || t->op == GGML_OP_CONT)) {
+            tap = "qsa_scores", o->want_special = SP_QSA_SCORES;
+        } else if (o->cells_are_pos && layer >= 0 && !strcmp(base, "indexer_top_k") && t->op == GGML_OP_RESHAPE) {
+            tap = "qsa_sel", o->want_special = SP_QSA_SEL, dt = TD_DT_I32;
+        } else if (o->cells_are_pos && t->op == GGML_OP_GET_ROWS &&
+                   sscanf(s0, "cache_idx_k_l%d%n", &l0, &used) == 1 && used > 0 && l0 >= 0) {
+            tap = "qsa_kcache", tap_layer = l0, o->want_special = SP_KCACHE, o->want_src = 0;
+        } else if (t->op == GGML_OP_GET_ROWS && !strcmp(s0, "per_layer_token_embd.weight") && s1 &&
+                   s1->type == GGML_TYPE_I32) {
+            tap = "inp.ple_rows", tap_layer = -1, o->want_special = SP_PLE_ROWS, o->want_src = 1, dt = TD_DT_I32;
+        }
+    }
     if (!hit && q3n) {
         // unnamed or renamed qwen3next nodes, recognised by op and operands
         int wl = -1, used = 0;
@@ -801,12 +927,113 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
     return 1;
 }
 
+/* The layer of a "blk.L.x" tap name. */
+static int tap_layer_of(const char *name) { return atoi(name + 4); }
+
+/* qsa_sel's rank order: the tail ascending, then blocks by descending score
+ * (equal scores: lower block first), positions ascending in a block. */
+typedef struct q4x_pick {
+    int32_t pos;
+    int tail;
+    float score;
+} q4x_pick;
+
+static int q4x_pick_cmp(const void *pa, const void *pb) {
+    const q4x_pick *a = pa, *b = pb;
+    if (a->tail != b->tail) return b->tail - a->tail;
+    if (!a->tail && a->score != b->score) return a->score > b->score ? -1 : 1;
+    return (a->pos > b->pos) - (a->pos < b->pos); // same score: lower block, then lower position
+}
+
+/* qwen4exp's special nodes (lc_special >= SP_CONV_STATE_T), converted into cur. */
+static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
+    const td_hparams *hp = o->hp;
+    lc_tap *c = &o->cur;
+    const int64_t T = o->T, pos0 = o->n_kv - T;
+    if (o->want_special == SP_CONV_STATE_T) {
+        // [history ; Nv] of ne (hist + T, hc·E): the last hist columns, as rows oldest first
+        const int64_t hist = (int64_t)(hp->ple_conv - 1) * hp->ple_ngram, C = width_of(hp, W_HCD), w = t->ne[0];
+        if (t->ne[1] != C || w != hist + T || n != w * C)
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' is not [history ; Nv] of (%lld, %lld) values",
+                            t->name, (long long)(hist + T), (long long)C);
+        o->spare = grow(o->spare, &o->spare_cap, (size_t)(hist * C) * sizeof(float));
+        const float *v = c->data;
+        for (int64_t j = 0; j < hist; j++)
+            for (int64_t ch = 0; ch < C; ch++) o->spare[j * C + ch] = v[ch * w + T + j];
+        memcpy(c->data, o->spare, (size_t)(hist * C) * sizeof(float));
+        c->ndim = 2, c->shape[0] = hist, c->shape[1] = C;
+        return take_canonical(o, t);
+    }
+    if (o->want_special == SP_PLE_ROWS) {
+        const int64_t np = hp->ple_n_heads;
+        if (n != T * np)
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: the PLE rows of node '%s' hold %lld values, expected %lld",
+                            t->name, (long long)n, (long long)(T * np));
+        c->ndim = 2, c->shape[0] = T, c->shape[1] = np;
+        return take_canonical(o, t);
+    }
+    const int L = tap_layer_of(c->name);
+    const int64_t r = L >= 0 && L < 256 ? hp->qsa_ratio[L] : 0;
+    if (r <= 0) return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' of a layer without a QSA ratio", t->name);
+    if (o->want_special == SP_KCACHE) {
+        // the cache view (di, cells, streams): cells 0..n_kv-1 are this sequence's positions
+        const int64_t di = hp->idx_dim;
+        if (t->ne[0] != di || t->ne[1] < o->n_kv)
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: the indexer cache view '%s' is not (%lld, >= %lld)", t->name,
+                            (long long)di, (long long)o->n_kv);
+        c->ndim = 2, c->shape[0] = o->n_kv, c->shape[1] = di;
+        return take_canonical(o, t);
+    }
+    if (o->want_special == SP_QSA_SCORES) {
+        // (T, padded blocks) by position bucket: the complete ones, -1 where not complete for a token
+        const int64_t nbp = t->ne[0], nb = o->n_kv / r;
+        if (n != T * nbp || nbp < nb)
+            return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' holds %lld values, expected %lld tokens x >= %lld blocks",
+                            t->name, (long long)n, (long long)T, (long long)nb);
+        o->qsa_sc = grow(o->qsa_sc, &o->qsa_sc_cap, (size_t)(T * nbp) * sizeof(float));
+        memcpy(o->qsa_sc, c->data, (size_t)(T * nbp) * sizeof(float));
+        o->qsa_nb = nbp, o->qsa_layer = L;
+        if (nb == 0) return TD_OK; // no complete block yet: no tap, as the reference (the selection still needs the node)
+        float *v = c->data;
+        for (int64_t i = 0; i < T; i++)
+            for (int64_t b = 0; b < nb; b++) v[i * nb + b] = (b + 1) * r <= pos0 + i + 1 ? o->qsa_sc[i * nbp + b] : -1.0f;
+        c->ndim = 2, c->shape[0] = T, c->shape[1] = nb;
+        return take_canonical(o, t);
+    }
+    // SP_QSA_SEL: (T, W) cell indices in the peer's (unstable) top-k order
+    const int64_t W = t->ne[0];
+    if (n != T * W || W > 4096)
+        return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' holds %lld values, expected %lld tokens x W", t->name,
+                        (long long)n, (long long)T);
+    if (o->qsa_layer != L || !o->qsa_sc)
+        return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' comes without its layer's indexer_score", t->name);
+    int32_t *v = c->data;
+    q4x_pick pk[4096];
+    for (int64_t i = 0; i < T; i++) {
+        const int64_t p = pos0 + i, tail0 = (p + 1) / r * r;
+        int64_t m = 0;
+        for (int64_t j = 0; j < W; j++) {
+            const int32_t cell = v[i * W + j];
+            if (cell < 0 || cell > p) continue; // masked: a later position or an empty cell
+            const int64_t b = cell / r;
+            pk[m].pos = cell, pk[m].tail = cell >= tail0;
+            pk[m].score = pk[m].tail || b >= o->qsa_nb ? 0.0f : o->qsa_sc[i * o->qsa_nb + b];
+            m++;
+        }
+        qsort(pk, (size_t)m, sizeof pk[0], q4x_pick_cmp);
+        for (int64_t j = 0; j < W; j++) v[i * W + j] = j < m ? pk[j].pos : -1;
+    }
+    c->ndim = 2, c->shape[0] = T, c->shape[1] = W;
+    return take_canonical(o, t);
+}
+
 /* qwen3next's special nodes (lc_special), already converted into cur. */
 static int observe_special(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
     const td_hparams *hp = o->hp;
     lc_tap *c = &o->cur;
     float *v = c->data;
     const int64_t T = o->T, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, VD = hp->ssm_d_inner;
+    if (o->want_special >= SP_CONV_STATE_T) return observe_q4x(o, t, n);
     if (o->want_special == SP_FLAT) {
         if (n != T)
             return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' holds %lld values, expected one per token (%lld)",
@@ -847,7 +1074,10 @@ static int observe_special(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
 }
 
 /* ask=false: reads the node accepted by classify. */
-static int observe(lc_obs *o, const struct ggml_tensor *t) {
+static int observe(lc_obs *o, const struct ggml_tensor *node) {
+    // an input or cache view is read through the node that consumes it
+    const struct ggml_tensor *t = o->want_src >= 0 ? node->src[o->want_src] : node;
+    if (!t) return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' lost its source %d", node->name, o->want_src);
     const int64_t ne0_used = o->want_attn ? o->n_kv : t->ne[0];
     const int64_t n = ne0_used * t->ne[1] * t->ne[2] * t->ne[3];
     lc_tap *c = &o->cur;
@@ -872,7 +1102,7 @@ static int observe(lc_obs *o, const struct ggml_tensor *t) {
         c->ndim = top + 1;
         for (int d = 0; d <= top; d++) c->shape[d] = d == top ? ne0_used : t->ne[top - d];
     }
-    if (o->kind == WANT_CANON && o->perturb[0] && !strcmp(o->want_name, o->perturb)) {
+    if (o->kind == WANT_CANON && o->want_src < 0 && o->perturb[0] && !strcmp(o->want_name, o->perturb)) {
         // the test hook: the graph goes on with the scaled values (on a
         // device: read, scale, write back before the next node runs)
         if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t) || !t->buffer)
@@ -935,6 +1165,7 @@ static void lc_close(td_backend *b) {
     free(s->obs.raw);
     free(s->obs.row);
     free(s->obs.spare);
+    free(s->obs.qsa_sc);
     free(s->obs.emitted);
     free(s->obs.counts);
     free(s);
@@ -1168,6 +1399,9 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
     o->have_held = 0;
     o->n_emitted = o->n_counts = 0;
     o->rc = 0;
+    o->cells_are_pos = s->n_seq == 1;
+    o->q4x_comb_layer = -1;
+    o->qsa_layer = -1;
     log_clear();
     const int32_t dr = llama_decode(s->lctx, *bt);
     if (!o->rc) flush_held(o);
@@ -1279,6 +1513,29 @@ static const char *lc_version(const td_backend *b) {
 
 static const char *lc_profile_of(const td_backend *b) {
     return ((const lc_backend *)b)->profile;
+}
+
+int td_llamacpp_load_check(const char *path, td_err *err) {
+    int rc = td_llamacpp_init(err);
+    if (rc) return rc;
+    struct llama_model_params mp = llama_model_default_params();
+    ggml_backend_dev_t devs[1] = {NULL}; // CPU only, whatever else this process loaded
+    mp.devices = devs;
+    mp.n_gpu_layers = 0;
+    mp.progress_callback = load_progress;
+    log_clear();
+    struct llama_model *lm = llama_model_load_from_file(path, mp);
+    char why[512];
+    if (!lm) {
+        char prev[512];
+        pthread_mutex_lock(&g_log_mu);
+        snprintf(prev, sizeof prev, "%s", g_log_prev);
+        pthread_mutex_unlock(&g_log_mu);
+        return td_err_set(err, TD_EINPUT, "llamacpp: %s: %s%s%s", path, prev, prev[0] ? " / " : "",
+                          log_last(why, sizeof why));
+    }
+    llama_model_free(lm);
+    return TD_OK;
 }
 
 static int lc_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err) {

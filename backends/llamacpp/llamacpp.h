@@ -51,6 +51,12 @@ const char *td_llamacpp_cpu_variant(void);
  * rule), i-th of them, NULL past the end: the test checks each is in the
  * tap catalog. */
 const char *td_llamacpp_mapped_tap(size_t i, char *buf, size_t cap);
+/* llama.cpp's own verdict on a GGUF file: its loader alone (CPU, no
+ * context), without tapdiff's. TD_OK when it loads (the model is freed
+ * again), TD_EINPUT with llama.cpp's last error line in err otherwise. A
+ * file that trips one of llama.cpp's asserts aborts the process: callers
+ * that feed it malformed files run it in a child. */
+int td_llamacpp_load_check(const char *path, td_err *err);
 
 #ifdef __cplusplus
 }

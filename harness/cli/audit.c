@@ -13,7 +13,7 @@
 #include "cli.h"
 
 static const char *const audit_help =
-    "usage: tapdiff audit FILE.h5 [OTHER.h5] [--control C.h5] [--json] [--report DIR]\n"
+    "usage: tapdiff audit FILE.h5 [OTHER.h5] [--control C.h5] [--json] [--report DIR] [--qsa]\n"
     "\n"
     "Router tie audit of the MoE layers (taps blk.L.moe_topk with blk.L.moe_probs, or\n"
     "moe_logits when the probabilities have no data), over every token of every step:\n"
@@ -33,6 +33,11 @@ static const char *const audit_help =
     "  --control C    control arm measuring the rounding noise (e.g. ref32 next to ref)\n"
     "  --json         print the JSON document (format tapdiff-audit) instead of the table\n"
     "  --report DIR   write DIR/audit.md, audit.json, audit.html (with margin histograms)\n"
+    "  --qsa          audit the QSA indexer's selection instead (qwen4exp: blk.L.qsa_sel with\n"
+    "                 blk.L.qsa_scores): per sparse token, block ties at the W-th position (a\n"
+    "                 cut block counted apart), f16 and near ties, selections that are not a\n"
+    "                 top-W of their scores; with OTHER, disagreements explained or not (one\n"
+    "                 Markdown table; --json and --report are for routers only)\n"
     "  --help         this text\n"
     "\n"
     "exit: 0 pass, 1 fail (an unexplained disagreement or selection, or no MoE taps: an\n"
@@ -41,7 +46,7 @@ static const char *const audit_help =
 
 int td_cmd_audit(int argc, char **argv) {
     const char *pos[2] = {0}, *control = NULL, *report = NULL;
-    int npos = 0, json = 0;
+    int npos = 0, json = 0, qsa = 0;
     td_args p;
     td_args_init(&p, "audit", audit_help, argc, argv);
     for (int k; (k = td_args_next(&p)) != TD_ARG_END;) {
@@ -53,6 +58,8 @@ int td_cmd_audit(int argc, char **argv) {
         if (k == TD_ARG_POS) {
             if (npos == 2) return td_cli_failf("audit", TD_EUSAGE, "at most two tap files (got '%s' too)", p.arg);
             pos[npos++] = p.arg;
+        } else if (td_args_is(&p, "--qsa")) {
+            qsa = 1;
         } else if (td_args_is(&p, "--json")) {
             json = 1;
         } else if (td_args_is(&p, "--control")) {
@@ -68,6 +75,17 @@ int td_cmd_audit(int argc, char **argv) {
         return td_cli_failf("audit", TD_EUSAGE, "--control and --report need a non-empty value");
 
     td_err err = {{0}};
+    if (qsa) {
+        if (json || report) return td_cli_failf("audit", TD_EUSAGE, "--qsa prints one table: no --json or --report");
+        td_audit_qsa_result *q = NULL;
+        int rq = td_audit_qsa(pos[0], pos[1], control, &q, &err);
+        if (rq) return td_cli_fail("audit", rq, &err);
+        td_audit_qsa_print(stdout, q);
+        rq = q->verdict;
+        if (rq != TD_OK) td_cli_failf("audit", rq, "FAIL: %s", q->reason);
+        td_audit_qsa_result_free(q);
+        return rq;
+    }
     td_audit_result *r = NULL;
     int rc = td_audit(pos[0], pos[1], control, &r, &err);
     if (rc) return td_cli_fail("audit", rc, &err);

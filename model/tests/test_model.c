@@ -1530,5 +1530,21 @@ ParameterizedTest(int *ip, model_bad, rejects) {
     /* the container still goes out before the error */
     cr_expect(strstr(p.out, "n_tensors: "), "[%s] inspect printed no container info", bc->name);
     proc_free(&p);
+    // TD_KEEP_MALFORMED=DIR keeps each file as DIR/<case>.gguf (the peer's cross-check in test_llamacpp)
+    const char *keep = getenv("TD_KEEP_MALFORMED");
+    if (keep && *keep) {
+        char dst[512];
+        int n = snprintf(dst, sizeof dst, "%s/", keep);
+        for (const char *c = bc->name; *c && n < (int)sizeof dst - 6; c++)
+            dst[n++] = (*c >= 'a' && *c <= 'z') || (*c >= 'A' && *c <= 'Z') || (*c >= '0' && *c <= '9') ? *c : '_';
+        snprintf(dst + n, sizeof dst - (size_t)n, ".gguf");
+        cr_expect_eq(rename(path, dst), 0, "[%s] keep as %s", bc->name, dst);
+        if (bc->base == B_QWEN4EXP) { // and the unmutated file once, for the cross-check's control
+            snprintf(dst, sizeof dst, "%s/base_qwen4exp.gguf", keep);
+            mb *g = build_qwen4exp();
+            mb_write(g, dst);
+            mb_free(g);
+        }
+    }
     unlink(path);
 }
