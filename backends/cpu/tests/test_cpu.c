@@ -55,10 +55,15 @@ static void skip_unless_cpu_runs(const char *path) {
     td_model *m = NULL;
     cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
     int rc = td_fwd_check_layers("cpu", td_cpu_backend.layer_kinds, m, &err);
+    const char *pending = rc == TD_OK ? td_test_ref_pending(m->hp.arch == TD_ARCH_QWEN4EXP ? "qwen4exp" : "") : NULL;
     td_model_close(m);
     if (rc != TD_OK) {
         remove_tmpdir();
         cr_skip_test("%s", err.msg);
+    }
+    if (pending) { // the cpu arm runs it; the oracle these tests compare with does not yet
+        remove_tmpdir();
+        cr_skip_test("%s", pending);
     }
 }
 
