@@ -155,13 +155,14 @@ static void q4_hc_mix(cpu_backend *b, const td_hc_parts *P, const float *g, int6
         }
 }
 
-/* HCCombine: every stream c adds 2σ(inj_c / hc)·y (y: (T, E)) */
-static void q4_hc_combine(cpu_backend *b, const float *y, int64_t T) {
+/* HCCombine: every stream c adds 2σ(inj_c / hc)·y (y: (T, E)); `shift`
+ * (the hc_inject_stream fault) reads stream c+shift's inject instead */
+static void q4_hc_combine(cpu_backend *b, const float *y, int64_t T, int64_t shift) {
     cpu_q4 *q = b->q4;
     const int64_t E = b->hp.n_embd, hc = b->hp.hc, hcd = hc * E;
     for (int64_t t = 0; t < T; t++)
         for (int64_t c = 0; c < hc; c++) {
-            const float w = 2.0f / (1.0f + expf(-q->inj[t * hc + c] / (float)hc));
+            const float w = 2.0f / (1.0f + expf(-q->inj[t * hc + (c + shift) % hc] / (float)hc));
             float *r = q->Rs + t * hcd + c * E;
             for (int64_t e = 0; e < E; e++) r[e] += w * y[t * E + e];
         }
@@ -192,6 +193,10 @@ static void q4_ple_inputs(cpu_backend *b, int64_t T, int64_t pos0, td_tap_sink *
         uint64_t X = (uint64_t)(uint32_t)ctx[0] * hp->ple_mult[0];
         for (int64_t n = 2; n <= Ng; n++) {
             X ^= (uint64_t)(uint32_t)ctx[n - 1] * hp->ple_mult[n - 1];
+            if (b->fault == TD_FAULT_PLE_HASH32 && n == Ng) { // ple_hash32: this order's products wrap at 2^32
+                X = 0;
+                for (int64_t i = 0; i < n; i++) X ^= (uint32_t)((uint32_t)ctx[i] * (uint32_t)hp->ple_mult[i]);
+            }
             for (int64_t j = 0; j < hg; j++) {
                 const int64_t h = (n - 2) * hg + j;
                 const uint64_t row = X % hp->ple_vsz[h] + hp->ple_off[h];
@@ -352,7 +357,7 @@ static void q4_gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
  * descending score (equal scores: lower block first), each block's positions
  * ascending, a block cut by the budget keeping its lowest; -1 pads. Dense
  * (0..p) while p + 1 <= W. score: the token's block scores (nb blocks). */
-static void q4_qsa_select(int32_t *sel, const float *score, int64_t p, int64_t r, int64_t W) {
+static void q4_qsa_select(int32_t *sel, const float *score, int64_t p, int64_t r, int64_t W, int skip_best) {
     int64_t n = 0;
     if (p + 1 <= W) {
         for (int64_t s = 0; s <= p; s++) sel[n++] = (int32_t)s;
@@ -369,6 +374,11 @@ static void q4_qsa_select(int32_t *sel, const float *score, int64_t p, int64_t r
                 if (after && (best < 0 || score[bl] > score[best])) best = bl;
             }
             if (best < 0) break;
+            if (skip_best) { // qsa_topk_skip: the walk steps over its first entry
+                skip_best = 0;
+                last = best, last_s = score[best];
+                continue;
+            }
             for (int64_t j = 0; j < r && n < W; j++) sel[n++] = (int32_t)(best * r + j);
             last = best, last_s = score[best];
         }
@@ -499,7 +509,7 @@ static void q4_qsa_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap_
         const int64_t W = (int64_t)hp->idx_topk + r - 1;
         for (int64_t t = 0; t < T; t++) {
             int32_t *sel = q->sel + t * W;
-            q4_qsa_select(sel, q->score + t * NB, kv0 + t, r, W);
+            q4_qsa_select(sel, q->score + t * NB, kv0 + t, r, W, b->fault == TD_FAULT_QSA_TOPK_SKIP);
             uint8_t *mk = q->mask + t * mcap;
             memset(mk, 0, (size_t)mcap);
             for (int64_t i = 0; i < W; i++)
@@ -603,7 +613,7 @@ static void q4_body(cpu_backend *b, const int32_t *tokens, int64_t T, int64_t po
         in_prepare(b, &a->xn, 0, T);
         if (L->kind == TD_LAYER_HC_GDN) q4_gdn_block(b, l, T, sink);
         else q4_qsa_block(b, l, T, pos0, sink);
-        q4_hc_combine(b, a->proj, T);
+        q4_hc_combine(b, a->proj, T, b->fault == TD_FAULT_HC_INJECT_STREAM);
         tap2(sink, l, "ffn_inp", q->Rs, T, hcd);
 
         q4_hc_mix(b, &L->hc_ffn, QL->hc_ffn_g, T, a->xn.x);
@@ -614,7 +624,7 @@ static void q4_body(cpu_backend *b, const int32_t *tokens, int64_t T, int64_t po
         ffn_moe(b, l, T, sink);
         ffn_shared_expert(b, l, T, sink);
         tap2(sink, l, "ffn_out", a->proj, T, E);
-        q4_hc_combine(b, a->proj, T);
+        q4_hc_combine(b, a->proj, T, 0);
         tap2(sink, l, "out", q->Rs, T, hcd);
     }
     q4_hc_mix(b, &b->m->hc_out, q->out_g, T, a->xn.x);
@@ -793,8 +803,13 @@ static void q4_seq_cp(cpu_backend *b, int src, int dst, int64_t rows) {
     if (!rows || !s->cap) return;
     q4_seq_ensure(b, d, rows);
     memcpy(d->tok, s->tok, (size_t)rows * sizeof(int32_t));
+    // qsa_copy_no_indexer: the copy's indexer keys stay zero (an empty cache)
+    const int skip = b->fault == TD_FAULT_QSA_COPY_NO_IKEY;
     for (uint32_t l = 0; l < b->hp.n_layer; l++)
-        if (s->ikey[l]) memcpy(d->ikey[l], s->ikey[l], (size_t)(rows * b->hp.idx_dim) * sizeof(float));
+        if (s->ikey[l]) {
+            if (skip) memset(d->ikey[l], 0, (size_t)(rows * b->hp.idx_dim) * sizeof(float));
+            else memcpy(d->ikey[l], s->ikey[l], (size_t)(rows * b->hp.idx_dim) * sizeof(float));
+        }
 }
 
 static void q4_free(cpu_backend *b) {
