@@ -26,6 +26,7 @@
  *   REAL_IS_FLOAT            defined by the f32 build only
  */
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -170,29 +171,37 @@ void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_
  * f32 (blk.0.attn_ctx of stories260K, 8 tokens: the f32 model equals the arm
  * to ref32's error, an f16 accumulator is 21x further). */
 static void attention_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
-                            int64_t H, int64_t Hkv, int64_t D, int64_t i0, int64_t i1, int probs16) {
+                            int64_t H, int64_t Hkv, int64_t D, int64_t i0, int64_t i1, int probs16,
+                            const int32_t *sel, int64_t sel_w) {
     // out, q: (T, H*D); k, v: (n_kv, Hkv*D), row s = position s; att: (pos[t]+1)
+    // sel (T, sel_w): when given, token t attends only to its listed positions
+    // (ascending, -1 pads: a QSA selection), summed in that order
     const real scale = 1 / R_SQRT((real)D);
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / H, h = i % H;
-        const int64_t n = pos[t] + 1; // causal: positions 0..pos[t], the token itself included
+        int64_t n = pos[t] + 1; // causal: positions 0..pos[t], the token itself included
+        const int32_t *st = sel ? sel + t * sel_w : NULL;
+        if (st)
+            for (n = 0; n < sel_w && st[n] >= 0;) n++;
+#define ATT_POS(j) (st ? (int64_t)st[j] : (j))
         const int64_t g = td_ref_gqa_kv_head(h, H, Hkv);
         const real *qh = q + (t * H + h) * D;
-        for (int64_t s = 0; s < n; s++) att[s] = scale * dot(qh, k + (s * Hkv + g) * D, D);
+        for (int64_t s = 0; s < n; s++) att[s] = scale * dot(qh, k + (ATT_POS(s) * Hkv + g) * D, D);
         FN(softmax)(att, att, n);
         if (probs16) ACT_ROUND(att, att, n, TD_ACT_F16);
         real *oh = out + (t * H + h) * D;
         for (int64_t d = 0; d < D; d++) oh[d] = 0;
         for (int64_t s = 0; s < n; s++) {
-            const real *vs = v + (s * Hkv + g) * D;
+            const real *vs = v + (ATT_POS(s) * Hkv + g) * D;
             for (int64_t d = 0; d < D; d++) oh[d] += att[s] * vs[d];
         }
+#undef ATT_POS
     }
 }
 
 void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
                    int64_t T, int64_t H, int64_t Hkv, int64_t D) {
-    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0);
+    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0, NULL, 0);
 }
 
 void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
@@ -244,6 +253,26 @@ typedef struct ref_acts {
     real *cv;         // (T, Hv*dk) v after conv + silu
     real *core;       // (T, Hv*dk) recurrence output o
     real *gated;      // (T, Hv*dk) RMSNorm(o) * silu(z)
+    // qwen4exp (NULL elsewhere); hcd = hc*E, every stack stream-major
+    real *rs;         // (T, hcd) the residual streams Rs
+    real *hflat;      // (T, hcd) the streams normed one by one (a mixer's flat)
+    real *hlam;       // (T, hc_lr) silu(W_down flat / hc)
+    real *hgam;       // (T, hcd) mixer gate before its sigmoid
+    real *hinj;       // (T, hc) inject of the current sub-block
+    int32_t *ple_ids; // (T, Ng) n-gram context ids
+    int32_t *ple_rows;// (T, Np) hashed table rows
+    real *ple_p;      // (T, E) P, the concatenated rows
+    real *ple_k;      // (T, hcd) key per stream, then normed
+    real *ple_g;      // (T, hc) gate per stream
+    real *ple_v;      // (T, E) W_value P
+    real *ple_gv;     // (T, hcd) gated value per stream
+    real *ple_nv;     // (T, hcd) RMSNorm(gated value): the conv input
+    real *ple_cv;     // (T, hcd) conv output after silu
+    real *ik;         // (T, di) raw indexer keys
+    real *iq;         // (T, Hi*di) normed, rotated indexer queries
+    int32_t *sel_rank;// (T, Wmax) QSA selection in rank order, -1 pads
+    int32_t *sel_set; // (T, Wmax) the same positions ascending (what attention reads), -1 pads
+    int64_t *sel64;   // (Wmax)
 } ref_acts;
 
 typedef struct ref_backend {
@@ -276,6 +305,15 @@ typedef struct ref_backend {
     real **ssm_state;  // n_layer x (Hv, dk, dk): S_h[i][j] at h*dk*dk + j*dk + i (llama.cpp's layout)
     real *vec;         // (max(E, Hv)) one decoded small vector (ssm_a, dt_bias, shared gate)
     real *vec2;        // (Hv)
+    // qwen4exp (NULL elsewhere)
+    td_ref_rope rope_idx; // the indexer's rotation: rope with D = d_i
+    int32_t *toks;     // (kv_cap) token id of every cached position: the PLE n-gram history
+    real **idx_cache;  // n_layer x (kv_cap, di): raw indexer keys of the sparse QSA layers, row = position
+    real *ple_state;   // ((Kp-1)*Ng, hcd) last PLE conv inputs, oldest row first
+    real *hcw, *hcw2;  // (hcd) decoded {E, hc} gammas
+    real *qsa_kb;      // (cap_nb, di) pooled, normed, rotated block keys of one step
+    real *qsa_sc;      // (T, cap_nb) block scores of one step
+    int64_t cap_nb, cap_sc;
     ref_acts a;
 } ref_backend;
 
@@ -292,7 +330,19 @@ static void acts_free(ref_acts *a) {
     free(a->qg), free(a->agate), free(a->sh_g), free(a->sh_u), free(a->sh_y), free(a->sh_s);
     free(a->m), free(a->z), free(a->ba), free(a->beta), free(a->gam), free(a->cq), free(a->ck);
     free(a->qn), free(a->kn), free(a->cv), free(a->core), free(a->gated);
+    free(a->rs), free(a->hflat), free(a->hlam), free(a->hgam), free(a->hinj), free(a->ple_ids), free(a->ple_rows);
+    free(a->ple_p), free(a->ple_k), free(a->ple_g), free(a->ple_v), free(a->ple_gv), free(a->ple_nv), free(a->ple_cv);
+    free(a->ik), free(a->iq), free(a->sel_rank), free(a->sel_set), free(a->sel64);
     memset(a, 0, sizeof *a);
+}
+
+/* The widest QSA selection of the model: W = B + r - 1 over its sparse
+ * layers (1 when none, so buffers are never empty). */
+static int64_t qsa_w_max(const td_hparams *hp) {
+    int64_t w = 1;
+    for (uint32_t l = 0; l < hp->n_layer && l < 256; l++)
+        if (hp->qsa_ratio[l] && (int64_t)hp->idx_topk + hp->qsa_ratio[l] - 1 > w) w = (int64_t)hp->idx_topk + hp->qsa_ratio[l] - 1;
+    return w;
 }
 
 static void acts_ensure(ref_backend *r, int64_t T) {
@@ -328,7 +378,7 @@ static void acts_ensure(ref_backend *r, int64_t T) {
         a->route_t = td_xcalloc(n, sizeof(int32_t));
         a->route_j = td_xcalloc(n, sizeof(int32_t));
     }
-    if (hp->arch == TD_ARCH_QWEN3NEXT) {
+    if (hp->arch == TD_ARCH_QWEN3NEXT || hp->arch == TD_ARCH_QWEN4EXP) {
         const size_t Fs = hp->n_ff_shexp, Hv = hp->ssm_dt_rank, KD = (size_t)hp->ssm_n_group * hp->ssm_d_state;
         const size_t VD = hp->ssm_d_inner, C = 2 * KD + VD;
         a->qg = td_xcalloc(n * 2 * H * D, rs);
@@ -350,6 +400,29 @@ static void acts_ensure(ref_backend *r, int64_t T) {
         a->core = td_xcalloc(n * VD, rs);
         a->gated = td_xcalloc(n * VD, rs);
     }
+    if (hp->arch == TD_ARCH_QWEN4EXP) {
+        const size_t hc = hp->hc, hcd = hc * E, Wm = (size_t)qsa_w_max(hp);
+        const size_t Ng = hp->ple_ngram ? hp->ple_ngram : 1, Np = hp->ple_n_heads ? hp->ple_n_heads : 1;
+        a->rs = td_xcalloc(n * hcd, rs);
+        a->hflat = td_xcalloc(n * hcd, rs);
+        a->hlam = td_xcalloc(n * hp->hc_lr, rs);
+        a->hgam = td_xcalloc(n * hcd, rs);
+        a->hinj = td_xcalloc(n * hc, rs);
+        a->ple_ids = td_xcalloc(n * Ng, sizeof(int32_t));
+        a->ple_rows = td_xcalloc(n * Np, sizeof(int32_t));
+        a->ple_p = td_xcalloc(n * E, rs);
+        a->ple_k = td_xcalloc(n * hcd, rs);
+        a->ple_g = td_xcalloc(n * hc, rs);
+        a->ple_v = td_xcalloc(n * E, rs);
+        a->ple_gv = td_xcalloc(n * hcd, rs);
+        a->ple_nv = td_xcalloc(n * hcd, rs);
+        a->ple_cv = td_xcalloc(n * hcd, rs);
+        a->ik = td_xcalloc(n * hp->idx_dim, rs);
+        a->iq = td_xcalloc(n * hp->idx_heads * hp->idx_dim, rs);
+        a->sel_rank = td_xcalloc(n * Wm, sizeof(int32_t));
+        a->sel_set = td_xcalloc(n * Wm, sizeof(int32_t));
+        a->sel64 = td_xcalloc(Wm, sizeof(int64_t));
+    }
 }
 
 /* Grows the KV cache (and the score scratch) to hold `need` positions. */
@@ -364,6 +437,12 @@ static void kv_ensure(ref_backend *r, int64_t need) {
         r->v_cache[l] = td_xrealloc(r->v_cache[l], (size_t)cap * row);
     }
     r->att = td_xrealloc(r->att, (size_t)td_ref_pool_size(r->pool) * cap * sizeof(real)); // a row per worker
+    if (r->idx_cache) {
+        r->toks = td_xrealloc(r->toks, (size_t)cap * sizeof(int32_t));
+        for (uint32_t l = 0; l < r->hp.n_layer; l++)
+            if (r->hp.qsa_ratio[l])
+                r->idx_cache[l] = td_xrealloc(r->idx_cache[l], (size_t)cap * r->hp.idx_dim * sizeof(real));
+    }
     if (r->profile.rules & TD_RULE_ATTN_F16) {
         r->k16 = td_xrealloc(r->k16, (size_t)cap * row);
         r->v16 = td_xrealloc(r->v16, (size_t)cap * row);
@@ -491,6 +570,8 @@ typedef struct att_job {
     const real *q, *k, *v;
     int64_t T, H, Hkv, D;
     int probs16;
+    const int32_t *sel; // (T, sel_w) QSA selections, NULL = causal
+    int64_t sel_w;
 } att_job;
 
 /* Worker w takes the (token, head) pairs [w*T*H/n, (w+1)*T*H/n) with its
@@ -499,7 +580,111 @@ static void att_worker(void *ctx, int w, int nw) {
     const att_job *j = ctx;
     const int64_t n = j->T * j->H;
     attention_range(j->out, j->q, j->k, j->v, j->r->a.pos, j->r->att + (int64_t)w * j->r->kv_cap, j->H, j->Hkv,
-                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16);
+                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->sel, j->sel_w);
+}
+
+/* QSA selection of the query at p in RANK order (the qsa_sel tap): the
+ * incomplete tail ascending, then the complete blocks by descending score,
+ * equal scores lower block first, positions ascending in a block, a block cut
+ * by the budget keeping its lowest positions (td_ref_qsa_select's choices,
+ * which give the same positions as a set); every position ascending while p +
+ * 1 <= W (dense). -1 pads to W. */
+static void qsa_rank(int32_t *out, const real *score, int64_t p, int64_t r, int64_t W) {
+    int64_t n = 0;
+    if (p + 1 <= W) {
+        for (int64_t s = 0; s <= p; s++) out[n++] = (int32_t)s;
+    } else {
+        const int64_t Tt = (p + 1) / r * r, nb = Tt / r;
+        for (int64_t s = Tt; s <= p; s++) out[n++] = (int32_t)s;
+        int64_t last = -1; // blocks are taken in (score descending, index ascending) order
+        while (n < W) {
+            int64_t best = -1;
+            for (int64_t b = 0; b < nb; b++) {
+                const int after_last = last < 0 || score[b] < score[last] || (score[b] == score[last] && b > last);
+                if (after_last && (best < 0 || score[b] > score[best])) best = b;
+            }
+            if (best < 0) break;
+            last = best;
+            for (int64_t j = 0; j < r && n < W; j++) out[n++] = (int32_t)(best * r + j);
+        }
+    }
+    for (; n < W; n++) out[n] = -1;
+}
+
+/* The QSA indexer of sparse layer l (arch-qwen4exp.md §4.5) for the step's
+ * tokens, on the mixer output a->xn: caches the raw keys, pools the complete
+ * blocks of the cache after the step (recomputed every step from the raw
+ * keys: pool, then norm, then rotate at the block's first position), scores
+ * them per token and selects: a->sel_set (T, W) ascending for the attention,
+ * a->sel_rank (T, W) for the tap. Taps qsa_k_raw, qsa_q, qsa_kcache,
+ * qsa_scores (only once a block is complete: NB > 0) and qsa_sel. */
+static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_hparams *hp = &r->hp;
+    const td_qsa_parts *Q = &r->m->layers[l].qsa;
+    ref_acts *a = &r->a;
+    const int64_t E = hp->n_embd, di = hp->idx_dim, Hi = hp->idx_heads, rr = hp->qsa_ratio[l];
+    const int64_t W = (int64_t)hp->idx_topk + rr - 1, pos0 = a->pos[0], n_kv = pos0 + T, NB = n_kv / rr;
+    int rc;
+
+    if ((rc = matmul(r, a->ik, a->xn, Q->wk, NULL, 0, T, E, di, err))) return rc;
+    tap2(sink, l, "qsa_k_raw", a->ik, T, di);
+    real *kc = r->idx_cache[l];
+    memcpy(kc + pos0 * di, a->ik, (size_t)(T * di) * sizeof(real));
+    // profile rounding point: the indexer cache has the K cache's type (§5)
+    if (td_profile_kv_store_f16(&r->profile)) ACT_ROUND(kc + pos0 * di, kc + pos0 * di, T * di, TD_ACT_F16);
+
+    if ((rc = matmul(r, a->iq, a->xn, Q->wq, NULL, 0, T, E, Hi * di, err))) return rc;
+    if ((rc = rmsnorm_rows(r, a->iq, a->iq, Q->q_norm, T * Hi, di, err))) return rc;
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t p4[4] = {a->pos[t], a->pos[t], a->pos[t], 0};
+        FN(rope_imrope)(a->iq + t * Hi * di, p4, &r->rope_idx, hp->rope_sections, Hi);
+    }
+    tap2(sink, l, "qsa_q", a->iq, T, Hi * di);
+    tap2(sink, l, "qsa_kcache", kc, n_kv, di);
+
+    if (NB > r->cap_nb) {
+        r->cap_nb = NB;
+        r->qsa_kb = td_xrealloc(r->qsa_kb, (size_t)NB * di * sizeof(real));
+    }
+    if (T * NB > r->cap_sc) {
+        r->cap_sc = T * NB;
+        r->qsa_sc = td_xrealloc(r->qsa_sc, (size_t)(T * NB) * sizeof(real));
+    }
+    if (NB > 0 && (rc = REAL_DECODE_ROW(Q->k_norm, 0, r->normw, err))) return rc;
+    for (int64_t b = 0; b < NB; b++) {
+        real *kb = r->qsa_kb + b * di;
+        for (int64_t i = 0; i < di; i++) {
+            real acc = 0;
+            for (int64_t j = 0; j < rr; j++) acc += kc[(b * rr + j) * di + i];
+            kb[i] = acc / (real)rr;
+        }
+        FN(rmsnorm)(kb, kb, r->normw, (real)hp->rms_eps, di);
+        // the block's first position in all four components (§4.5 step 3, §7.2)
+        const int64_t p4[4] = {b * rr, b * rr, b * rr, b * rr};
+        FN(rope_imrope)(kb, p4, &r->rope_idx, hp->rope_sections, 1);
+    }
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t nbt = (a->pos[t] + 1) / rr; // blocks complete for this token
+        for (int64_t b = 0; b < NB; b++)
+            r->qsa_sc[t * NB + b] = b < nbt ? FN(qsa_block_score)(a->iq + t * Hi * di, r->qsa_kb + b * di, Hi, di) : -1;
+    }
+    if (NB > 0) tap2(sink, l, "qsa_scores", r->qsa_sc, T, NB);
+
+    for (int64_t t = 0; t < T; t++) {
+        const int64_t n = FN(qsa_select)(a->sel64, r->qsa_sc + t * NB, a->pos[t], rr, W);
+        int32_t *set = a->sel_set + t * W, *rank = a->sel_rank + t * W;
+        for (int64_t j = 0; j < W; j++) set[j] = j < n ? (int32_t)a->sel64[j] : -1;
+        qsa_rank(rank, r->qsa_sc + t * NB, a->pos[t], rr, W);
+        // the tap and the attention must name the same positions
+        for (int64_t j = 0; j < W; j++) {
+            int found = rank[j] < 0;
+            for (int64_t i = 0; i < n && !found; i++) found = set[i] == rank[j];
+            TD_ASSERT(found && (j < n) == (rank[j] >= 0));
+        }
+    }
+    const int64_t shape[2] = {T, W};
+    TD_TAP(sink, l, "qsa_sel", TD_DT_I32, a->sel_rank, 2, shape);
+    return TD_OK;
 }
 
 /* Attention sub-block of layer l: a->x (T, E) -> a->proj (T, E) = attn_out. */
@@ -509,10 +694,13 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     ref_acts *a = &r->a;
     const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim;
     const int64_t pos0 = a->pos[0];
+    const int hc_qsa = L->kind == TD_LAYER_HC_QSA; // qwen4exp: a->xn is already the HC mixer's u
     int rc;
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn.norm, T, E, err))) return rc;
-    tap2(sink, l, "attn_norm", a->xn, T, E);
+    if (!hc_qsa) {
+        if ((rc = rmsnorm_rows(r, a->xn, a->x, L->attn.norm, T, E, err))) return rc;
+        tap2(sink, l, "attn_norm", a->xn, T, E);
+    }
 
     if (L->attn.wqkv) { // fused: output rows are [Q; K; V]
         if ((rc = matmul(r, a->q, a->xn, L->attn.wqkv, L->attn.bqkv, 0, T, E, H * D, err))) return rc;
@@ -547,6 +735,12 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     }
 
     for (int64_t t = 0; t < T; t++) {
+        if (hc_qsa) { // IMROPE, a text token's position (p, p, p, 0)
+            const int64_t p4[4] = {a->pos[t], a->pos[t], a->pos[t], 0};
+            FN(rope_imrope)(a->q + t * H * D, p4, &r->rope, r->hp.rope_sections, H);
+            FN(rope_imrope)(a->k + t * Hkv * D, p4, &r->rope, r->hp.rope_sections, Hkv);
+            continue;
+        }
         FN(rope)(a->q + t * H * D, a->pos[t], &r->rope, r->rope_ff, H);
         FN(rope)(a->k + t * Hkv * D, a->pos[t], &r->rope, r->rope_ff, Hkv);
     }
@@ -561,6 +755,14 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(kc + pos0 * Hkv * D, kc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
         ACT_ROUND(vc + pos0 * Hkv * D, vc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
     }
+    // a sparse QSA layer attends to the positions its indexer selects
+    const int32_t *sel = NULL;
+    int64_t sel_w = 0;
+    if (hc_qsa && r->hp.qsa_ratio[l]) {
+        if ((rc = qsa_indexer(r, l, T, sink, err))) return rc;
+        sel = a->sel_set;
+        sel_w = (int64_t)r->hp.idx_topk + r->hp.qsa_ratio[l] - 1;
+    }
     if (td_profile_attn_qkv_f16(&r->profile, T)) {
         // profile rounding point: a step of several tokens reads Q, the
         // cache rows and the probabilities in f16 (the cache itself keeps
@@ -570,10 +772,11 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = r->k16, .v = r->v16, .T = T, .H = H, .Hkv = Hkv,
-                     .D = D, .probs16 = 1};
+                     .D = D, .probs16 = 1, .sel = sel, .sel_w = sel_w};
         td_ref_pool_run(r->pool, att_worker, &j);
     } else {
-        att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = kc, .v = vc, .T = T, .H = H, .Hkv = Hkv, .D = D};
+        att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = kc, .v = vc, .T = T, .H = H, .Hkv = Hkv, .D = D,
+                     .sel = sel, .sel_w = sel_w};
         td_ref_pool_run(r->pool, att_worker, &j);
     }
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);
@@ -781,6 +984,7 @@ typedef struct gdn_job {
     ref_backend *r;
     const td_gdn_parts *G;
     int64_t T, C, KD, VD, Kc, Hk, Hv, dk, rr;
+    int tiled; // qwen4exp: value head h reads key head h mod Hk (the converter's tiled order)
     real *cs, *S;
     int *rc;     // (n_workers)
     td_err *err; // (n_workers)
@@ -819,7 +1023,7 @@ static void gdn_delta_worker(void *ctx, int w, int nw) {
     ref_acts *a = &j->r->a;
     const int64_t Hk = j->Hk, Hv = j->Hv, dk = j->dk;
     for (int64_t h = Hv * w / nw; h < Hv * (w + 1) / nw; h++) {
-        const int64_t g = h / j->rr; // value head h reads key head h / r
+        const int64_t g = j->tiled ? h % Hk : h / j->rr; // qwen3next: value head h reads key head h / r
         for (int64_t t = 0; t < j->T; t++)
             FN(gdn_step)(j->S + h * dk * dk, a->core + (t * Hv + h) * dk, a->qn + (t * Hk + g) * dk,
                          a->kn + (t * Hk + g) * dk, a->cv + (t * Hv + h) * dk, a->gam[t * Hv + h],
@@ -838,15 +1042,23 @@ static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
     const int64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
     const int64_t KD = Hk * dk, VD = Hv * dk, C = 2 * KD + VD, Kc = hp->ssm_conv, rr = Hv / Hk;
     const real eps = (real)hp->rms_eps;
+    // qwen4exp (arch-qwen4exp.md §4.3): a->xn is already the HC mixer's u;
+    // separate beta/alpha rows, tiled value heads, a sigmoid output gate
+    const int q4x = r->m->layers[l].kind == TD_LAYER_HC_GDN;
     int rc;
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, G->norm, T, E, err))) return rc;
-    tap2(sink, l, "attn_norm", a->xn, T, E);
+    if (!q4x) {
+        if ((rc = rmsnorm_rows(r, a->xn, a->x, G->norm, T, E, err))) return rc;
+        tap2(sink, l, "attn_norm", a->xn, T, E);
+    }
     if ((rc = matmul(r, a->m, a->xn, G->wqkv, NULL, 0, T, E, C, err))) return rc;
     tap2(sink, l, "ssm_qkv", a->m, T, C);
     if ((rc = matmul(r, a->z, a->xn, G->wgate, NULL, 0, T, E, VD, err))) return rc;
     tap2(sink, l, "ssm_z", a->z, T, VD);
-    if ((rc = matmul(r, a->ba, a->xn, G->wba, NULL, 0, T, E, 2 * Hv, err))) return rc;
+    if (q4x) { // beta logits, then alpha logits, each (T, Hv) in head order
+        if ((rc = matmul(r, a->ba, a->xn, G->wbeta, NULL, 0, T, E, Hv, err))) return rc;
+        if ((rc = matmul(r, a->ba + T * Hv, a->xn, G->walpha, NULL, 0, T, E, Hv, err))) return rc;
+    } else if ((rc = matmul(r, a->ba, a->xn, G->wba, NULL, 0, T, E, 2 * Hv, err))) return rc;
 
     // gates: beta = sigmoid(b~), gamma = ssm_a * softplus(a~ + dt_bias) <= 0
     if ((rc = REAL_DECODE_ROW(G->a, 0, r->vec, err))) return rc;
@@ -854,7 +1066,8 @@ static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < Hv; h++) {
             const int64_t g = h / rr, j = h % rr; // ssm_ba rows: per key head [b~ x r; a~ x r]
-            const real bt = a->ba[t * 2 * Hv + g * 2 * rr + j], at = a->ba[t * 2 * Hv + g * 2 * rr + rr + j];
+            const real bt = q4x ? a->ba[t * Hv + h] : a->ba[t * 2 * Hv + g * 2 * rr + j];
+            const real at = q4x ? a->ba[T * Hv + t * Hv + h] : a->ba[t * 2 * Hv + g * 2 * rr + rr + j];
             a->beta[t * Hv + h] = 1 / (1 + R_EXP(-bt));
             a->gam[t * Hv + h] = r->vec[h] * softplus(at + r->vec2[h]);
         }
@@ -887,7 +1100,7 @@ static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
     }
     real *S = r->ssm_state[l]; // (Hv, dk [value j], dk [key i])
     {
-        gdn_job j = {.r = r, .T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .rr = rr, .S = S};
+        gdn_job j = {.r = r, .T = T, .Hk = Hk, .Hv = Hv, .dk = dk, .rr = rr, .S = S, .tiled = q4x};
         td_ref_pool_run(r->pool, gdn_delta_worker, &j);
     }
     tap2(sink, l, "ssm_core", a->core, T, VD);
@@ -896,13 +1109,13 @@ static int gdn_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err
         TD_TAP(sink, l, "ssm_state", REAL_DTYPE, S, 3, shape);
     }
 
-    // gated RMSNorm per value head: RMSNorm(o_h; ssm_norm) * silu(z_h)
+    // gated RMSNorm per value head: RMSNorm(o_h; ssm_norm) * silu(z_h) (qwen4exp: * sigmoid(z_h))
     if ((rc = REAL_DECODE_ROW(G->ssm_norm, 0, r->normw, err))) return rc;
     for (int64_t i = 0; i < T * Hv; i++) {
         FN(rmsnorm)(a->gated + i * dk, a->core + i * dk, r->normw, eps, dk);
         for (int64_t d = 0; d < dk; d++) {
             const real zz = a->z[i * dk + d];
-            a->gated[i * dk + d] *= zz / (1 + R_EXP(-zz));
+            a->gated[i * dk + d] *= q4x ? 1 / (1 + R_EXP(-zz)) : zz / (1 + R_EXP(-zz));
         }
     }
     tap2(sink, l, "ssm_gated", a->gated, T, VD);
@@ -934,6 +1147,166 @@ static int ffn_shared_expert(ref_backend *r, int l, int64_t T, td_tap_sink *sink
     return TD_OK;
 }
 
+/* ===================================================================== */
+/* qwen4exp: hyper-connections and PLE (arch-qwen4exp.md §4.1, §4.6)      */
+/* ===================================================================== */
+
+/* An {E, hc} gamma (or the same values stored flat, {hc*E}) into out (hc, E). */
+static int decode_gamma(ref_backend *r, const td_tensor *g, real *out, td_err *err) {
+    const int64_t E = r->hp.n_embd, hc = r->hp.hc;
+    int rc = TD_OK;
+    if (g->ne[0] != E) return REAL_DECODE_ROW(g, 0, out, err); // flat, stream-major already
+    for (int64_t c = 0; c < hc && !rc; c++) rc = REAL_DECODE_ROW(g, (uint64_t)c, out + c * E, err);
+    return rc;
+}
+
+/* HCMix (§4.1) of the streams a->rs (T, hcd): the mixed vector into a->xn
+ * (T, E), the inject into a->hinj (T, hc) when the mixer has one. The three
+ * projections are matmuls, so a profile rounds their inputs as it rounds any
+ * other weight's. gate_tap / inj_tap: the names of the gate and inject taps. */
+static int hc_mix(ref_backend *r, const td_hc_parts *P, int l, int64_t T, const char *gate_tap, const char *inj_tap,
+                  td_tap_sink *sink, td_err *err) {
+    const td_hparams *hp = &r->hp;
+    ref_acts *a = &r->a;
+    const int64_t E = hp->n_embd, hc = hp->hc, hcd = hc * E, lr = hp->hc_lr;
+    const real eps = (real)hp->rms_eps;
+    int rc;
+    if ((rc = decode_gamma(r, P->norm, r->hcw, err))) return rc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < hc; c++)
+            FN(rmsnorm)(a->hflat + t * hcd + c * E, a->rs + t * hcd + c * E, r->hcw + c * E, eps, E);
+    if ((rc = matmul(r, a->hlam, a->hflat, P->down, NULL, 0, T, hcd, lr, err))) return rc;
+    for (int64_t i = 0; i < T * lr; i++) {
+        const real z = a->hlam[i] / (real)hc;
+        a->hlam[i] = z / (1 + R_EXP(-z));
+    }
+    if ((rc = matmul(r, a->hgam, a->hlam, P->up, NULL, 0, T, lr, hcd, err))) return rc;
+    tap2(sink, l, gate_tap, a->hgam, T, hcd);
+    if (P->inject) {
+        if ((rc = matmul(r, a->hinj, a->hflat, P->inject, NULL, 0, T, hcd, hc, err))) return rc;
+        tap2(sink, l, inj_tap, a->hinj, T, hc);
+    }
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t e = 0; e < E; e++) {
+            real acc = 0;
+            for (int64_t c = 0; c < hc; c++)
+                acc += a->hflat[t * hcd + c * E + e] / (1 + R_EXP(-a->hgam[t * hcd + c * E + e]));
+            a->xn[t * E + e] = acc / (real)hc; // the mean over the streams
+        }
+    return TD_OK;
+}
+
+/* The PLE inputs of the step (§4.6): each position's n-gram context from the
+ * sequence's token history r->toks, the hashed rows, and P (T, E) =
+ * the rows concatenated. Every id here is a text token (no embedding input). */
+static int ple_inputs(ref_backend *r, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_hparams *hp = &r->hp;
+    ref_acts *a = &r->a;
+    const int64_t E = hp->n_embd, Ng = hp->ple_ngram, Np = hp->ple_n_heads, dp = hp->ple_dim;
+    int64_t ctx[8], rows[64];
+    for (int64_t t = 0; t < T; t++) {
+        td_ref_ple_context(ctx, r->toks, a->pos[t], hp->ple_ngram, hp->ple_eos, hp->ple_image);
+        td_ref_ple_rows(rows, ctx, hp->ple_ngram, hp->ple_heads_per_ngram, hp->ple_mult, hp->ple_off, hp->ple_vsz);
+        for (int64_t i = 0; i < Ng; i++) a->ple_ids[t * Ng + i] = (int32_t)ctx[i];
+        for (int64_t h = 0; h < Np; h++) {
+            a->ple_rows[t * Np + h] = (int32_t)rows[h]; // < 2^31: the loader checked O_h + V_h
+            int rc = REAL_DECODE_ROW(r->m->ple_table, (uint64_t)rows[h], a->ple_p + t * E + h * dp, err);
+            if (rc) return rc;
+        }
+    }
+    const int64_t s_ids[2] = {T, Ng}, s_rows[2] = {T, Np};
+    TD_TAP(sink, -1, "inp.ple_ids", TD_DT_I32, a->ple_ids, 2, s_ids);
+    TD_TAP(sink, -1, "inp.ple_rows", TD_DT_I32, a->ple_rows, 2, s_rows);
+    tap2(sink, -1, "inp.ple_embd", a->ple_p, T, E);
+    return TD_OK;
+}
+
+/* The PLE block of layer l on the streams a->rs (§4.6): a gate per stream
+ * from the key/query score, the gated value, and the dilated causal conv
+ * (dilation n_g) over its RMSNorm, token by token through the conv history. */
+static int ple_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_hparams *hp = &r->hp;
+    const td_ple_parts *P = &r->m->layers[l].ple;
+    ref_acts *a = &r->a;
+    const int64_t E = hp->n_embd, hc = hp->hc, hcd = hc * E, Kp = hp->ple_conv, Ng = hp->ple_ngram;
+    const int64_t Sp = (Kp - 1) * Ng; // history rows
+    const real eps = (real)hp->rms_eps;
+    int rc;
+
+    if ((rc = matmul(r, a->ple_k, a->ple_p, P->key, NULL, 0, T, E, hcd, err))) return rc;
+    if ((rc = decode_gamma(r, P->norm_key, r->hcw, err))) return rc;
+    if ((rc = decode_gamma(r, P->norm_query, r->hcw2, err))) return rc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < hc; c++) {
+            real *k = a->ple_k + t * hcd + c * E, *q = a->hflat + t * hcd + c * E;
+            FN(rmsnorm)(k, k, r->hcw + c * E, eps, E);
+            FN(rmsnorm)(q, a->rs + t * hcd + c * E, r->hcw2 + c * E, eps, E);
+            const real sc = dot(k, q, E) / R_SQRT((real)E);
+            const real abs_sc = sc < 0 ? -sc : sc;
+            const real mag = R_SQRT(abs_sc > (real)1e-6 ? abs_sc : (real)1e-6);
+            const real arg = sc > 0 ? mag : sc < 0 ? -mag : 0; // sign(0) = 0: the gate is 1/2
+            a->ple_g[t * hc + c] = 1 / (1 + R_EXP(-arg));
+        }
+    tap2(sink, l, "ple_gate", a->ple_g, T, hc);
+    if ((rc = matmul(r, a->ple_v, a->ple_p, P->value, NULL, 0, T, E, E, err))) return rc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < hc; c++)
+            for (int64_t e = 0; e < E; e++) a->ple_gv[t * hcd + c * E + e] = a->ple_g[t * hc + c] * a->ple_v[t * E + e];
+    tap2(sink, l, "ple_gated", a->ple_gv, T, hcd);
+
+    if ((rc = decode_gamma(r, P->norm_conv, r->hcw, err))) return rc;
+    for (int64_t t = 0; t < T; t++)
+        for (int64_t c = 0; c < hc; c++)
+            FN(rmsnorm)(a->ple_nv + t * hcd + c * E, a->ple_gv + t * hcd + c * E, r->hcw + c * E, eps, E);
+    // channel ch = c*E + e; tap k (oldest first) reads the input (Kp-1-k)*Ng tokens back
+    real *st = r->ple_state; // (Sp, hcd), oldest row first
+    real *w = r->row;        // (Kp) one channel's taps
+    for (int64_t ch = 0; ch < hcd; ch++) {
+        if ((rc = REAL_DECODE_ROW(P->conv, (uint64_t)ch, w, err))) return rc;
+        for (int64_t t = 0; t < T; t++) {
+            const real u = a->ple_nv[t * hcd + ch];
+            real y = 0;
+            for (int64_t k = 0; k < Kp; k++) {
+                const int64_t back = (Kp - 1 - k) * Ng;
+                y += w[k] * (back == 0 ? u : st[(Sp - back) * hcd + ch]);
+            }
+            for (int64_t i = 0; i + 1 < Sp; i++) st[i * hcd + ch] = st[(i + 1) * hcd + ch];
+            if (Sp > 0) st[(Sp - 1) * hcd + ch] = u;
+            a->ple_cv[t * hcd + ch] = y / (1 + R_EXP(-y)); // silu
+        }
+    }
+    tap2(sink, l, "ple_conv", a->ple_cv, T, hcd);
+    if (Sp > 0) tap2(sink, l, "ple_conv_state", st, Sp, hcd);
+    for (int64_t i = 0; i < T * hcd; i++) a->rs[i] += a->ple_gv[i] + a->ple_cv[i];
+    tap2(sink, l, "ple_out", a->rs, T, hcd);
+    return TD_OK;
+}
+
+/* One qwen4exp block (§4.2) on the streams a->rs: [PLE], the attention HC
+ * mixer, the GDN or QSA attention, the combine, the FFN HC mixer, MoE +
+ * shared expert, the combine. */
+static int hc_layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
+    const td_layer *L = &r->m->layers[l];
+    ref_acts *a = &r->a;
+    const int64_t E = r->hp.n_embd, hc = r->hp.hc, hcd = hc * E;
+    int rc;
+    if (l == r->hp.ple_layer && (rc = ple_block(r, l, T, sink, err))) return rc;
+    if ((rc = hc_mix(r, &L->hc_attn, l, T, "hc_attn_gate", "hc_attn_inject", sink, err))) return rc;
+    tap2(sink, l, "attn_norm", a->xn, T, E);
+    rc = L->kind == TD_LAYER_HC_GDN ? gdn_block(r, l, T, sink, err) : attention_block(r, l, T, sink, err);
+    if (rc) return rc;
+    for (int64_t t = 0; t < T; t++) FN(hc_combine)(a->rs + t * hcd, a->proj + t * E, a->hinj + t * hc, hc, E);
+    tap2(sink, l, "ffn_inp", a->rs, T, hcd);
+    if ((rc = hc_mix(r, &L->hc_ffn, l, T, "hc_ffn_gate", "hc_ffn_inject", sink, err))) return rc;
+    tap2(sink, l, "ffn_norm", a->xn, T, E);
+    if ((rc = ffn_moe(r, l, T, sink, err))) return rc;
+    if ((rc = ffn_shared_expert(r, l, T, sink, err))) return rc;
+    tap2(sink, l, "ffn_out", a->proj, T, E);
+    for (int64_t t = 0; t < T; t++) FN(hc_combine)(a->rs + t * hcd, a->proj + t * E, a->hinj + t * hc, hc, E);
+    tap2(sink, l, "out", a->rs, T, hcd);
+    return TD_OK;
+}
+
 static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *err) {
     const td_layer *L = &r->m->layers[l];
     ref_acts *a = &r->a;
@@ -944,8 +1317,8 @@ static int layer_forward(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td
     switch (L->kind) {
     case TD_LAYER_ATTENTION: rc = attention_block(r, l, T, sink, err); break;
     case TD_LAYER_GDN: rc = gdn_block(r, l, T, sink, err); break;
-    case TD_LAYER_HC_GDN: // qwen4exp: refused at open (layer_kinds)
-    case TD_LAYER_HC_QSA:
+    case TD_LAYER_HC_GDN: // qwen4exp: its streams replace the residual
+    case TD_LAYER_HC_QSA: return hc_layer_forward(r, l, T, sink, err);
     case TD_LAYER_KIND_COUNT: TD_ASSERT(0 && "layer kind refused at open");
     }
     if (rc) return rc;
@@ -984,11 +1357,22 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
     for (int64_t t = 0; t < T; t++)
         if ((rc = REAL_DECODE_ROW(r->m->tok_embd, (uint64_t)tokens[t], a->x + t * E, err))) return rc;
     tap2(sink, -1, "inp.embd", a->x, T, E);
+    const int hc_model = hp->arch == TD_ARCH_QWEN4EXP;
+    if (hc_model) {
+        const int64_t hc = hp->hc;
+        for (int64_t t = 0; t < T; t++) // hc_init: every stream starts as the embedding
+            for (int64_t c = 0; c < hc; c++) memcpy(a->rs + (t * hc + c) * E, a->x + t * E, (size_t)E * sizeof(real));
+        // the n-gram history: this step's ids at their positions (committed with n_past on success)
+        memcpy(r->toks + pos0, tokens, (size_t)T * sizeof(int32_t));
+        if (hp->ple_layer >= 0 && (rc = ple_inputs(r, T, sink, err))) return rc;
+    }
 
     for (uint32_t l = 0; l < hp->n_layer; l++)
         if ((rc = layer_forward(r, (int)l, T, sink, err))) return rc;
 
-    if ((rc = rmsnorm_rows(r, a->xn, a->x, r->m->output_norm, T, E, err))) return rc;
+    if (hc_model) { // the final norm is an HC mixer without inject
+        if ((rc = hc_mix(r, &r->m->hc_out, -1, T, "out.hc_gate", NULL, sink, err))) return rc;
+    } else if ((rc = rmsnorm_rows(r, a->xn, a->x, r->m->output_norm, T, E, err))) return rc;
     tap2(sink, -1, "out.norm", a->xn, T, E);
     // output.weight, or token_embd.weight when tied (the model binds either)
     if ((rc = matmul(r, a->logits, a->xn, r->m->output, NULL, 0, T, E, V, err))) return rc;
@@ -1006,7 +1390,14 @@ static int ref_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t 
 /* Backend table                                                          */
 /* ===================================================================== */
 
-/* A new sequence: zero GDN conv and recurrent states. */
+/* Values in the PLE conv history: (K_p - 1)*n_g rows of hc*E (1 when none). */
+static size_t ple_state_size(const td_hparams *hp) {
+    const size_t n = (size_t)(hp->ple_conv ? hp->ple_conv - 1 : 0) * hp->ple_ngram * hp->hc * hp->n_embd;
+    return n ? n : 1;
+}
+
+/* A new sequence: zero GDN conv and recurrent states (and qwen4exp's PLE
+ * conv history; the token history is rewritten as positions are). */
 static void state_zero(ref_backend *r) {
     const td_hparams *hp = &r->hp;
     const size_t KD = (size_t)hp->ssm_n_group * hp->ssm_d_state, C = 2 * KD + hp->ssm_d_inner;
@@ -1015,6 +1406,7 @@ static void state_zero(ref_backend *r) {
         if (r->ssm_state[l])
             memset(r->ssm_state[l], 0, (size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state * sizeof(real));
     }
+    if (r->ple_state) memset(r->ple_state, 0, ple_state_size(hp) * sizeof(real));
 }
 
 static void ref_reset(td_backend *b) {
@@ -1031,7 +1423,9 @@ static void ref_close(td_backend *b) {
         free(r->k_cache[l]);
         free(r->v_cache[l]);
         if (r->conv_state) free(r->conv_state[l]), free(r->ssm_state[l]);
+        if (r->idx_cache) free(r->idx_cache[l]);
     }
+    free(r->idx_cache), free(r->toks), free(r->ple_state), free(r->hcw), free(r->hcw2), free(r->qsa_kb), free(r->qsa_sc);
     free(r->conv_state), free(r->ssm_state), free(r->vec), free(r->vec2);
     free(r->k_cache), free(r->v_cache), free(r->att);
     free(r->rope_ff), free(r->row), free(r->bias), free(r->normw), free(r->qin), free(r->k16), free(r->v16);
@@ -1049,6 +1443,100 @@ static int check_matrix(const td_tensor *t, const char *what, int l, int64_t n_i
     return td_fwd_check_matrix(REF_NAME, t, what, l, n_in, n_rows, err);
 }
 
+static int check_hc(const td_hc_parts *P, const char *what, int l, const td_hparams *hp, td_err *err) {
+    const int64_t E = hp->n_embd, hcd = (int64_t)hp->hc * E, lr = hp->hc_lr;
+    char n[64];
+    int rc;
+    if (!P->norm || !(P->norm->ne[0] == E ? P->norm->n_rows >= hp->hc : P->norm->ne[0] == hcd))
+        return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d: %s_norm is missing or not {E, hc}", l, what);
+    snprintf(n, sizeof n, "%s_down", what);
+    if ((rc = check_matrix(P->down, n, l, hcd, lr, err))) return rc;
+    snprintf(n, sizeof n, "%s_up", what);
+    if ((rc = check_matrix(P->up, n, l, lr, hcd, err))) return rc;
+    snprintf(n, sizeof n, "%s_inject", what);
+    if (P->inject && (rc = check_matrix(P->inject, n, l, hcd, hp->hc, err))) return rc;
+    return TD_OK;
+}
+
+/* What the qwen4exp forward reads beyond check_model's shared parts. */
+static int check_model_hc(const td_model *m, td_err *err) {
+    const td_hparams *hp = &m->hp;
+    const int64_t E = hp->n_embd, H = hp->n_head, Hkv = hp->n_head_kv, D = hp->head_dim, F = hp->n_ff;
+    const int64_t X = hp->n_expert, V = hp->n_vocab, hcd = (int64_t)hp->hc * E, Fs = hp->n_ff_shexp;
+    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, di = hp->idx_dim;
+    int rc;
+    if (hp->hc < 2 || hp->hc_lr < 1 || hp->rope_scaling == TD_ROPE_SCALING_YARN || hp->n_layer > 256)
+        return td_err_set(err, TD_EINPUT, REF_NAME ": qwen4exp needs hc > 1 streams, hc_lr > 0, no YaRN, <= 256 layers");
+    if ((rc = check_matrix(m->tok_embd, "token_embd", -1, E, V, err))) return rc;
+    if ((rc = check_matrix(m->output, "output", -1, E, V, err))) return rc;
+    if ((rc = check_hc(&m->hc_out, "output_hc", -1, hp, err))) return rc;
+    if (hp->ple_layer >= 0) {
+        if (hp->ple_layer >= (int32_t)hp->n_layer || hp->ple_ngram < 2 || hp->ple_ngram > 8 || hp->ple_n_heads > 64 ||
+            (int64_t)hp->ple_n_heads * hp->ple_dim != E)
+            return td_err_set(err, TD_EINPUT, REF_NAME ": the PLE sizes are inconsistent (n_p * d_p must be E)");
+        if ((rc = check_matrix(m->ple_table, "per_layer_token_embd", -1, hp->ple_dim, (int64_t)hp->ple_rows, err))) return rc;
+        const td_ple_parts *P = &m->layers[hp->ple_layer].ple;
+        const int l = hp->ple_layer;
+        if ((rc = check_matrix(P->key, "ple_key", l, E, hcd, err))) return rc;
+        if ((rc = check_matrix(P->value, "ple_value", l, E, E, err))) return rc;
+        if ((rc = check_matrix(P->conv, "ple_conv1d", l, hp->ple_conv, hcd, err))) return rc;
+        if (!P->norm_key || !P->norm_query || !P->norm_conv)
+            return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d: a PLE norm gamma is missing", l);
+    }
+    for (uint32_t i = 0; i < hp->n_layer; i++) {
+        const td_layer *L = &m->layers[i];
+        const int l = (int)i;
+        if ((rc = check_hc(&L->hc_attn, "hc_attn", l, hp, err))) return rc;
+        if ((rc = check_hc(&L->hc_ffn, "hc_ffn", l, hp, err))) return rc;
+        if (!L->hc_attn.inject || !L->hc_ffn.inject)
+            return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d: an HC inject is missing", l);
+        if (L->kind == TD_LAYER_HC_GDN) {
+            const td_gdn_parts *G = &L->gdn;
+            if (Hk < 1 || Hv < 1 || dk < 1 || Hv % Hk || hp->ssm_conv < 1 || hp->ssm_d_inner != Hv * dk)
+                return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d is a GDN layer but the ssm sizes are inconsistent", l);
+            const int64_t KD = Hk * dk, VD = Hv * dk;
+            if ((rc = check_matrix(G->wqkv, "attn_qkv", l, E, 2 * KD + VD, err))) return rc;
+            if ((rc = check_matrix(G->wgate, "attn_gate", l, E, VD, err))) return rc;
+            if ((rc = check_matrix(G->wbeta, "ssm_beta", l, E, Hv, err))) return rc;
+            if ((rc = check_matrix(G->walpha, "ssm_alpha", l, E, Hv, err))) return rc;
+            if ((rc = check_matrix(G->conv, "ssm_conv1d", l, hp->ssm_conv, 2 * KD + VD, err))) return rc;
+            if ((rc = check_matrix(G->dt_bias, "ssm_dt.bias", l, Hv, 1, err))) return rc;
+            if ((rc = check_matrix(G->a, "ssm_a", l, Hv, 1, err))) return rc;
+            if ((rc = check_matrix(G->ssm_norm, "ssm_norm", l, dk, 1, err))) return rc;
+            if ((rc = check_matrix(G->wout, "ssm_out", l, VD, E, err))) return rc;
+        } else {
+            if ((rc = check_matrix(L->attn.wq, "attn_q", l, E, 2 * H * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wk, "attn_k", l, E, Hkv * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wv, "attn_v", l, E, Hkv * D, err))) return rc;
+            if ((rc = check_matrix(L->attn.wo, "attn_output", l, H * D, E, err))) return rc;
+            if ((rc = check_matrix(L->attn.q_norm, "attn_q_norm", l, D, 1, err))) return rc;
+            if ((rc = check_matrix(L->attn.k_norm, "attn_k_norm", l, D, 1, err))) return rc;
+            if (!L->attn.q_gated)
+                return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d: qwen4exp's attn_q must hold [q; gate]", l);
+            if (hp->qsa_ratio[i]) {
+                if (hp->idx_heads < 1 || di < hp->rope_dims)
+                    return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d: indexer sizes are inconsistent", l);
+                if ((rc = check_matrix(L->qsa.wq, "indexer.q_proj", l, E, (int64_t)hp->idx_heads * di, err))) return rc;
+                if ((rc = check_matrix(L->qsa.wk, "indexer.k_proj", l, E, di, err))) return rc;
+                if ((rc = check_matrix(L->qsa.q_norm, "indexer.q_norm", l, di, 1, err))) return rc;
+                if ((rc = check_matrix(L->qsa.k_norm, "indexer.k_norm", l, di, 1, err))) return rc;
+            }
+        }
+        const td_ffn_parts *f = &L->ffn;
+        if (X < 1 || !f->gate_exps || !f->gate_inp_shexp)
+            return td_err_set(err, TD_EINPUT, REF_NAME ": layer %d: qwen4exp needs a gated MoE with a shared expert", l);
+        if ((rc = check_matrix(f->gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+        if ((rc = check_matrix(f->up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+        if ((rc = check_matrix(f->gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
+        if ((rc = check_matrix(f->down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+        if ((rc = check_matrix(f->gate_inp_shexp, "ffn_gate_inp_shexp", l, E, 1, err))) return rc;
+        if ((rc = check_matrix(f->gate_shexp, "ffn_gate_shexp", l, E, Fs, err))) return rc;
+        if ((rc = check_matrix(f->up_shexp, "ffn_up_shexp", l, E, Fs, err))) return rc;
+        if ((rc = check_matrix(f->down_shexp, "ffn_down_shexp", l, Fs, E, err))) return rc;
+    }
+    return TD_OK;
+}
+
 /* Checks what the forward relies on, so that a model built by other code than
  * the loader fails with a message rather than an assertion. */
 static int check_model(const td_model *m, td_err *err) {
@@ -1057,6 +1545,7 @@ static int check_model(const td_model *m, td_err *err) {
     const int64_t X = hp->n_expert, V = hp->n_vocab;
     int rc;
     if ((rc = td_fwd_check_model(REF_NAME, FN(backend).layer_kinds, m, err))) return rc;
+    if (hp->arch == TD_ARCH_QWEN4EXP) return check_model_hc(m, err);
     if ((rc = check_matrix(m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output, "output", -1, E, V, err))) return rc;
     if ((rc = check_matrix(m->output_norm, "output_norm", -1, E, 1, err))) return rc;
@@ -1138,7 +1627,8 @@ const td_backend_vt FN(backend) = {
     .close = ref_close,
     .version = ref_version,
     .profile_of = ref_profile_of,
-    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN),
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN) | TD_KINDS(TD_LAYER_HC_GDN) |
+                   TD_KINDS(TD_LAYER_HC_QSA),
     .faults = 0, // the oracle carries no bug on purpose
 };
 
@@ -1180,6 +1670,8 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
     const int64_t C = 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + VD;
     r->max_in = max3(max3(E, HD, F), Fs, VD);
     r->max_in = max3(r->max_in, hp->ssm_conv, 1);
+    const int64_t hcd = (int64_t)hp->hc * E; // qwen4exp's stream stack (0 elsewhere)
+    r->max_in = max3(r->max_in, hcd, max3(hp->hc_lr, hp->ple_conv, 1));
     r->max_out = max3(max3(E, QKV, F), max3(Fs, C, 2 * HD), 1);
     // threads 0 (the backend default) is one: the oracle stays sequential unless asked
     r->pool = td_ref_pool_new(p && p->threads > 1 ? p->threads : 1);
@@ -1187,18 +1679,26 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
     r->mm_rc = td_xcalloc((size_t)td_ref_pool_size(r->pool), sizeof(int));
     r->mm_err = td_xcalloc((size_t)td_ref_pool_size(r->pool), sizeof(td_err));
     r->bias = td_xcalloc((size_t)r->max_out, sizeof(real));
-    r->normw = td_xcalloc((size_t)max3(E, hp->head_dim, hp->ssm_d_state), sizeof(real));
+    r->normw = td_xcalloc((size_t)max3(max3(E, hp->head_dim, hp->ssm_d_state), hp->idx_dim, 1), sizeof(real));
     r->vec = td_xcalloc((size_t)max3(E, hp->ssm_dt_rank, 1), sizeof(real));
     r->vec2 = td_xcalloc((size_t)max3(hp->ssm_dt_rank, 1, 1), sizeof(real));
     r->conv_state = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
     r->ssm_state = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
     for (uint32_t l = 0; l < hp->n_layer; l++) {
-        if (m->layers[l].kind != TD_LAYER_GDN) continue;
+        if (m->layers[l].kind != TD_LAYER_GDN && m->layers[l].kind != TD_LAYER_HC_GDN) continue;
         r->conv_state[l] = td_xcalloc((size_t)C * (hp->ssm_conv - 1) + 1, sizeof(real));
         r->ssm_state[l] = td_xcalloc((size_t)hp->ssm_dt_rank * hp->ssm_d_state * hp->ssm_d_state, sizeof(real));
     }
     r->k_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
     r->v_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
+    if (hp->arch == TD_ARCH_QWEN4EXP) {
+        r->idx_cache = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(real *));
+        r->ple_state = td_xcalloc(ple_state_size(hp), sizeof(real));
+        r->hcw = td_xcalloc((size_t)hcd, sizeof(real));
+        r->hcw2 = td_xcalloc((size_t)hcd, sizeof(real));
+        r->rope_idx = r->rope;
+        r->rope_idx.D = hp->idx_dim; // the same rotation over the first R dims of each d_i-dim head
+    }
     if (m->rope_freqs) {
         r->rope_ff = td_xcalloc(hp->rope_dims / 2, sizeof(real));
         if ((rc = REAL_DECODE_ROW(m->rope_freqs, 0, r->rope_ff, err))) {

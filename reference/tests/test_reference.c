@@ -238,11 +238,6 @@ Test(reference, ref32_vs_ref_error_band, .init = make_tmpdir, .fini = remove_tmp
     fprintf(stderr, "[reference] ref32 vs ref, relative L2 error at out.logits (prefill 4 + 4 decode steps):\n");
     for (size_t i = 0; i < n; i++) {
         const char *name = td_fixture_at(i)->name;
-        const char *pending = td_test_ref_pending(td_fixture_at(i)->arch);
-        if (pending) {
-            fprintf(stderr, "[reference]   %-18s skipped: %s\n", name, pending);
-            continue;
-        }
         td_model *m = open_fixture(name);
         double e = ref32_rel_l2(m);
         fprintf(stderr, "[reference]   %-18s %.3e\n", name, e);
@@ -872,8 +867,9 @@ static void assert_tapfiles_bitwise_equal(const char *h5a, const char *h5b, cons
     td_tapfile_close(fa), td_tapfile_close(fb);
 }
 
-/* profile NULL: the default. */
-static void check_threads_bitwise(const char *model_path, const char *backend, const char *profile) {
+/* profile NULL: the default; tokens NULL: a 5-token prefill. */
+static void check_threads_bitwise_tokens(const char *model_path, const char *backend, const char *profile,
+                                         const char *tokens) {
     const char *bin = tapdiff_bin();
     char h5[3][400], cmd[2048];
     const int threads[3] = {1, 2, 3};
@@ -881,9 +877,10 @@ static void check_threads_bitwise(const char *model_path, const char *backend, c
         snprintf(h5[i], sizeof h5[i], "%s/thr%d.h5", tmpdir, threads[i]);
         // a 5-token prefill (T > 1: every matmul's rows x tokens) and 3 decode steps
         snprintf(cmd, sizeof cmd,
-                 "'%s' run --model '%s' --backend %s --threads %d --tokens 1,7,2,9,4 --steps 3 --taps full --out '%s' "
+                 "'%s' run --model '%s' --backend %s --threads %d --tokens %s --steps 3 --taps full --out '%s' "
                  "%s%s 2>&1",
-                 bin, model_path, backend, threads[i], h5[i], profile ? "--profile " : "", profile ? profile : "");
+                 bin, model_path, backend, threads[i], tokens ? tokens : "1,7,2,9,4", h5[i],
+                 profile ? "--profile " : "", profile ? profile : "");
         char *out = NULL;
         cr_assert_eq(run_cmd(cmd, &out), 0, "%s:\n%s", cmd, out);
         free(out);
@@ -894,6 +891,10 @@ static void check_threads_bitwise(const char *model_path, const char *backend, c
                  threads[i]);
         assert_tapfiles_bitwise_equal(h5[0], h5[i], what);
     }
+}
+
+static void check_threads_bitwise(const char *model_path, const char *backend, const char *profile) {
+    check_threads_bitwise_tokens(model_path, backend, profile, NULL);
 }
 
 static const fx_arm k_thr_cases[] = {{"llama-q4_k", "ref"},    {"llama-q4_k", "ref32"},    {"qwen3moe-q4_k", "ref"},
@@ -912,6 +913,20 @@ ParameterizedTest(int *ix, reference, threads_are_bitwise_identical, .init = mak
     td_err err = {{0}};
     cr_assert_eq(td_fixture_write(c->fixture, tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
     check_threads_bitwise(path, c->backend, NULL);
+}
+
+/* qwen4exp with a 16-token prefill, so that its QSA layers (blocks of 4 and 8,
+ * 11 and 15 positions selected) select sparsely and the PLE conv reaches back
+ * through its history. */
+Test(reference, threads_are_bitwise_identical_qwen4exp, .init = make_tmpdir, .fini = remove_tmpdir) {
+    static const char *const fx[2] = {"qwen4exp-q8_0", "qwen4exp-ties"};
+    static const char *const be[2] = {"ref", "ref32"};
+    for (int i = 0; i < 2; i++) {
+        char path[512];
+        td_err err = {{0}};
+        cr_assert_eq(td_fixture_write(fx[i], tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+        check_threads_bitwise_tokens(path, be[i], NULL, "3,14,15,92,65,35,89,79,32,38,46,26,43,38,32,79");
+    }
 }
 
 /* The profile's f16 paths (rounded rows, f16 sums, f16 attention) split the
