@@ -130,7 +130,7 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
     [TD_FAULT_QSA_COPY_NO_IKEY] = {TD_FAULT_QSA_COPY_NO_IKEY, "qsa_copy_no_indexer",
                                    "a sequence copy copies the K/V rows, the recurrent state and the token history "
                                    "but leaves the copy's QSA indexer key cache empty",
-                                   "blk.1.qsa_kcache", NULL, 16,
+                                   "blk.1.qsa_scores", NULL, 16,
                                    "qwen4exp-f32, qwen4exp-q8_0, through tapdiff stateops only (its default script: "
                                    "the first decode on the copy)",
                                    "decode 4 on 1"},

@@ -505,7 +505,7 @@ static void q4_qsa_block(cpu_backend *b, int l, int64_t T, int64_t pos0, td_tap_
                 sc[bl] = s;
             }
         }
-        tap2(sink, l, "qsa_scores", q->score, T, NB);
+        if (NB > 0) tap2(sink, l, "qsa_scores", q->score, T, NB); // no block complete yet: no scores tap
         const int64_t W = (int64_t)hp->idx_topk + r - 1;
         for (int64_t t = 0; t < T; t++) {
             int32_t *sel = q->sel + t * W;
