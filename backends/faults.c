@@ -113,6 +113,27 @@ static const td_fault_info catalog[TD_FAULT_COUNT] = {
                                      "qwen3next-f32, qwen3next-q8_0, through tapdiff stateops only (its default "
                                      "script: the first decode after 'rollback 3')",
                                      "decode 5"},
+    // qwen4exp (8-token prompt): block 1 has r = 4, W = B + r - 1 = 11, so its selection is sparse from
+    // position 11 on (decode step 4); blocks 0 and 2 are GDN, block 0 the PLE layer
+    [TD_FAULT_QSA_TOPK_SKIP] = {TD_FAULT_QSA_TOPK_SKIP, "qsa_topk_skip",
+                                "the QSA block ranking starts at its second entry: the best-scoring complete block "
+                                "is never selected (an off-by-one in the top-k walk)",
+                                "blk.1.qsa_sel", NULL, 4,
+                                "qwen4exp-f32, qwen4exp-q8_0 (the first sparse selection: position 11 of block 1)"},
+    [TD_FAULT_PLE_HASH32] = {TD_FAULT_PLE_HASH32, "ple_hash32",
+                             "the PLE hash of the longest n-gram order multiplies in 32 bits (wraps mod 2^32, not "
+                             "2^64)",
+                             "inp.ple_rows", NULL, 0, "qwen4exp-f32, qwen4exp-q8_0, qwen4exp-ties"},
+    [TD_FAULT_HC_INJECT_STREAM] = {TD_FAULT_HC_INJECT_STREAM, "hc_inject_stream",
+                                   "the HC combine after attention weights stream c by stream c+1's inject",
+                                   "blk.0.ffn_inp", NULL, 0, "qwen4exp-f32, qwen4exp-q8_0, qwen4exp-ties"},
+    [TD_FAULT_QSA_COPY_NO_IKEY] = {TD_FAULT_QSA_COPY_NO_IKEY, "qsa_copy_no_indexer",
+                                   "a sequence copy copies the K/V rows, the recurrent state and the token history "
+                                   "but leaves the copy's QSA indexer key cache empty",
+                                   "blk.1.qsa_scores", NULL, 16,
+                                   "qwen4exp-f32, qwen4exp-q8_0, through tapdiff stateops only (its default script: "
+                                   "the first decode on the copy)",
+                                   "decode 4 on 1"},
 };
 
 const td_fault_info *td_fault_get(td_fault f) {

@@ -53,6 +53,10 @@ typedef enum td_fault {
     TD_FAULT_SHEXP_NO_SIGMOID = 23,  /* shared-expert gate used as w.x, without its sigmoid */
     TD_FAULT_ROPE_PARTIAL_ALL = 24,  /* partial RoPE (R < D) rotates all D dims */
     TD_FAULT_GDN_ROLLBACK_STALE = 25, /* rollback restores the KV positions but not the recurrent (GDN) state */
+    TD_FAULT_QSA_TOPK_SKIP = 26,     /* QSA: the block ranking starts at its second entry (the best block is dropped) */
+    TD_FAULT_PLE_HASH32 = 27,        /* PLE: the longest n-gram order hashes with 32-bit products */
+    TD_FAULT_HC_INJECT_STREAM = 28,  /* HC combine after attention: stream c weighted by stream c+1's inject */
+    TD_FAULT_QSA_COPY_NO_IKEY = 29,  /* sequence copy leaves the copy's QSA indexer key cache empty */
     TD_FAULT_COUNT
 } td_fault;
 

@@ -205,7 +205,13 @@ typedef struct cpu_backend {
     int n_packs, cap_packs;
     cpu_acts a;
     char version[320];
+    struct cpu_q4 *q4;          // qwen4exp's own state (cpu_hc.c), NULL for other architectures
 } cpu_backend;
+
+/* qwen4exp hooks (cpu_hc.c, included below) */
+static void q4_body(cpu_backend *b, const int32_t *tokens, int64_t T, int64_t pos0, td_tap_sink *sink);
+static void q4_seq_cp(cpu_backend *b, int src, int dst, int64_t rows);
+static void q4_free(cpu_backend *b);
 
 /* ===================================================================== */
 /* Matrix products                                                        */
@@ -801,11 +807,18 @@ static void l2norm_f32(float *x, int64_t n, float eps, int eps_outside) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
+/* The key head value head h reads: grouped (qwen3next), or tiled (qwen4exp's
+ * converter reorders value heads, arch-qwen4exp.md §2). */
+static int64_t gdn_key_head(const cpu_backend *b, int64_t h) {
+    const int64_t Hk = b->hp.ssm_n_group, Hv = b->hp.ssm_dt_rank;
+    return b->hp.arch == TD_ARCH_QWEN4EXP ? h % Hk : h / (Hv / Hk);
+}
+
 /* Decode: the delta rule token by token for value head h (the definition). */
 static void gdn_sequential(cpu_backend *b, float *S, int64_t h, int64_t T) {
     const td_hparams *hp = &b->hp;
     cpu_acts *a = &b->a;
-    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, g = h / (Hv / Hk);
+    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, g = gdn_key_head(b, h);
     const float qscale = (float)(1.0 / sqrt((double)dk));
     for (int64_t t = 0; t < T; t++) {
         const float *q = a->qn + (t * Hk + g) * dk, *k = a->kn + (t * Hk + g) * dk, *v = a->cv + (t * Hv + h) * dk;
@@ -840,7 +853,7 @@ static void gdn_sequential(cpu_backend *b, float *S, int64_t h, int64_t T) {
 static void gdn_chunked(cpu_backend *b, float *S, int64_t h, int64_t T) {
     const td_hparams *hp = &b->hp;
     cpu_acts *a = &b->a;
-    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, g = h / (Hv / Hk);
+    const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, g = gdn_key_head(b, h);
     const float qscale = (float)(1.0 / sqrt((double)dk));
     float *A = a->ck_buf, *U = A + GDN_CHUNK * GDN_CHUNK, *W = U + GDN_CHUNK * dk, *Vp = W + GDN_CHUNK * dk;
     float *G = Vp + GDN_CHUNK * dk;
@@ -1073,7 +1086,7 @@ static void acts_ensure(cpu_backend *b, int64_t T) {
         a->estart = td_xcalloc(X, sizeof(int64_t));
         a->ecount = td_xcalloc(X, sizeof(int64_t));
     }
-    if (hp->arch == TD_ARCH_QWEN3NEXT) {
+    if (hp->arch == TD_ARCH_QWEN3NEXT || hp->arch == TD_ARCH_QWEN4EXP) {
         const size_t KDk = (size_t)hp->ssm_n_group * hp->ssm_d_state, VD = hp->ssm_d_inner, C = 2 * KDk + VD;
         const size_t Hv = hp->ssm_dt_rank, Fs = hp->n_ff_shexp, dk = hp->ssm_d_state;
         a->qg = td_xcalloc(n * 2 * HD, fs);
@@ -1165,13 +1178,16 @@ static int cpu_forward(td_backend *base, const int32_t *tokens, int64_t T, int64
         b->k.type[emb->type].to_f32(emb->type, td_tensor_row(emb, (uint64_t)tokens[t]), a->x + t * E, E);
     tap2(sink, -1, "inp.embd", a->x, T, E);
 
-    rope_tables(b, T, pos0);
-    for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(b, (int)l, T, pos0, sink);
-
     // rows r0.. of the output: all of them, or the last when only it is read
     const int64_t r0 = b->logits_last && !sink ? T - 1 : 0, nr = T - r0;
-    par_rmsnorm(b, a->xn.x + r0 * E, a->x + r0 * E, b->out_norm, nr, E);
-    tap2(sink, -1, "out.norm", a->xn.x, T, E);
+    if (b->q4) { // qwen4exp: the streams, and the final HC mixer as the output norm
+        q4_body(b, tokens, T, pos0, sink);
+    } else {
+        rope_tables(b, T, pos0);
+        for (uint32_t l = 0; l < hp->n_layer; l++) layer_forward(b, (int)l, T, pos0, sink);
+        par_rmsnorm(b, a->xn.x + r0 * E, a->x + r0 * E, b->out_norm, nr, E);
+        tap2(sink, -1, "out.norm", a->xn.x, T, E);
+    }
     in_prepare(b, &a->xn, r0, nr);
     // output.weight, or token_embd.weight when tied (the model binds either)
     int n_segs = 0;
@@ -1277,6 +1293,7 @@ static int cpu_seq_cp(td_backend *base, int src, int dst, td_err *err) {
     d->n_past = s->n_past;
     d->n_kv = s->n_kv;
     d->hist = s->hist;
+    if (b->q4) q4_seq_cp(b, src, dst, s->n_kv);
     // the recurrent state, and its snapshots so that the copy rolls back as its source would
     if (b->rs_n) {
         rs_ensure(b, d);
@@ -1319,6 +1336,7 @@ static void cpu_close(td_backend *base) {
     for (int i = 0; i < b->n_packs; i++) free(b->packs[i].p);
     free(b->packs);
     acts_free(&b->a);
+    q4_free(b);
     free(b);
 }
 
@@ -1356,6 +1374,8 @@ static int load_vec(const td_cpu_kernels *k, float **out, const td_tensor *t, co
     return TD_OK;
 }
 
+#include "cpu_hc.c"
+
 static int load_model(cpu_backend *b, td_err *err) {
     const td_model *m = b->m;
     const td_hparams *hp = &b->hp;
@@ -1366,6 +1386,7 @@ static int load_model(cpu_backend *b, td_err *err) {
     if ((rc = td_fwd_check_model(NAME, td_cpu_backend.layer_kinds, m, err))) return rc;
     if ((rc = check_matrix(k, m->tok_embd, "token_embd", -1, E, V, err))) return rc;
     if ((rc = check_matrix(k, m->output, "output", -1, E, V, err))) return rc;
+    if (hp->arch == TD_ARCH_QWEN4EXP) return q4_load(b, err);
     if ((rc = load_vec(k, &b->out_norm, m->output_norm, "output_norm", -1, 0, E, err))) return rc;
     if (!b->out_norm) return td_err_set(err, TD_EINPUT, NAME ": the model has no output_norm tensor");
     if ((rc = load_vec(k, &b->rope_ff, m->rope_freqs, "rope_freqs", -1, 0, hp->rope_dims / 2, err))) return rc;
@@ -1461,6 +1482,7 @@ static void plan_formats(cpu_backend *b) {
         b->fmts_shact |= FMT(L->ffn.down_shexp);
     }
 #undef FMT
+    q4_plan_formats(b);
 }
 
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
@@ -1473,7 +1495,8 @@ const td_backend_vt td_cpu_backend = {
     .reset = cpu_reset,
     .close = cpu_close,
     .version = cpu_version,
-    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN),
+    .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION) | TD_KINDS(TD_LAYER_GDN) | TD_KINDS(TD_LAYER_HC_GDN) |
+                   TD_KINDS(TD_LAYER_HC_QSA),
     .faults = TD_FAULT_BIT(TD_FAULT_ROPE_PAIRING) | TD_FAULT_BIT(TD_FAULT_STALE_TOKEN) |
               TD_FAULT_BIT(TD_FAULT_RMSNORM_EPS) | TD_FAULT_BIT(TD_FAULT_ROUTER_TIEBREAK) |
               TD_FAULT_BIT(TD_FAULT_MOE_NO_RENORM) | TD_FAULT_BIT(TD_FAULT_KQUANT_SCALE_BIT) |
@@ -1484,7 +1507,9 @@ const td_backend_vt td_cpu_backend = {
               TD_FAULT_BIT(TD_FAULT_ODDBLOCK_Q8_0) |
               TD_FAULT_BIT(TD_FAULT_GDN_L2_EPS) | TD_FAULT_BIT(TD_FAULT_GDN_CHUNK) | TD_FAULT_BIT(TD_FAULT_CONV_SHIFT) |
               TD_FAULT_BIT(TD_FAULT_GDN_DECAY_AFTER) | TD_FAULT_BIT(TD_FAULT_SHEXP_NO_SIGMOID) |
-              TD_FAULT_BIT(TD_FAULT_ROPE_PARTIAL_ALL) | TD_FAULT_BIT(TD_FAULT_GDN_ROLLBACK_STALE),
+              TD_FAULT_BIT(TD_FAULT_ROPE_PARTIAL_ALL) | TD_FAULT_BIT(TD_FAULT_GDN_ROLLBACK_STALE) |
+              TD_FAULT_BIT(TD_FAULT_QSA_TOPK_SKIP) | TD_FAULT_BIT(TD_FAULT_PLE_HASH32) |
+              TD_FAULT_BIT(TD_FAULT_HC_INJECT_STREAM) | TD_FAULT_BIT(TD_FAULT_QSA_COPY_NO_IKEY),
     .seq_rm = cpu_seq_rm,
     .seq_cp = cpu_seq_cp,
     .seq_use = cpu_seq_use,
@@ -1549,6 +1574,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     if (F > b->max_in) b->max_in = F;
     if ((int64_t)hp->n_ff_shexp > b->max_in) b->max_in = hp->n_ff_shexp;
     if ((int64_t)hp->ssm_d_inner > b->max_in) b->max_in = hp->ssm_d_inner;
+    q4_open(b);
     // tile_rows(n) * n <= TILE_BYTES/4 floats, except the row minimum for n > TILE_BYTES/(4*TILE_MIN_ROWS)
     b->tile_cap = TILE_BYTES / 4 > TILE_MIN_ROWS * b->max_in ? TILE_BYTES / 4 : TILE_MIN_ROWS * b->max_in;
     b->tile = td_xcalloc((size_t)b->n_threads, sizeof(float *));
@@ -1568,7 +1594,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     b->rs_ssm = td_xcalloc(hp->n_layer ? hp->n_layer : 1, sizeof(int64_t));
     for (uint32_t l = 0; l < hp->n_layer; l++) {
         b->rs_conv[l] = b->rs_ssm[l] = -1;
-        if (m->layers[l].kind != TD_LAYER_GDN) continue;
+        if (m->layers[l].kind != TD_LAYER_GDN && m->layers[l].kind != TD_LAYER_HC_GDN) continue;
         const int64_t C = 2 * (int64_t)hp->ssm_n_group * hp->ssm_d_state + hp->ssm_d_inner;
         b->rs_conv[l] = b->rs_n;
         b->rs_n += C * (hp->ssm_conv - 1) + 1; // +1: a kernel of one tap keeps no inputs

@@ -121,6 +121,14 @@ static const expect k_expect[] = {
     {"shexp_gate_no_sigmoid", "qwen3next-f32", "qwen3next", "blk.0.ffn_shexp_gate", 0},
     // only block 3 has RoPE; q is rotated (and tapped) before k; positions 1.. differ
     {"rope_partial_all_dims", "qwen3next-f32", "qwen3next", "blk.3.attn_q_rope", 0},
+    // qwen4exp (PROMPT, 8 tokens): blocks 0, 2 GDN (0 with PLE), 1, 3 QSA (r = 4, 8; W = 11, 15)
+    {"stale_token", "qwen4exp-f32", "qwen4exp", "inp.tokens", 2},
+    // block 1's first sparse selection is at position 11 (p + 1 > W = 11): decode step 4
+    {"qsa_topk_skip", "qwen4exp-f32", "qwen4exp", "blk.1.qsa_sel", 4},
+    // n_g = 3: the order-3 heads' rows, from the prefill's first token on (its id times M_0 already wraps)
+    {"ple_hash32", "qwen4exp-f32", "qwen4exp", "inp.ple_rows", 0},
+    // the injects are tapped right (hc_attn_inject); the streams they scale are the next tap
+    {"hc_inject_stream", "qwen4exp-f32", "qwen4exp", "blk.0.ffn_inp", 0},
 };
 #define N_EXPECT (sizeof k_expect / sizeof k_expect[0])
 
@@ -252,6 +260,8 @@ static int bisect_backend(const td_backend_vt *vt) {
         td_err perr = {{0}};
         cr_assert_eq(td_fault_parse("test", e->fault, &id, &perr), TD_OK, "%s", perr.msg);
         if (!td_fault_implemented(vt, id)) continue;
+        // a backend without hyper-connection layers refuses qwen4exp at open
+        if (!strcmp(e->arch, "qwen4exp") && !(vt->layer_kinds & (1u << TD_LAYER_HC_QSA))) continue;
         n_cases++;
         found f;
         bisect(B, e->fixture, e->fault, &f);
@@ -272,10 +282,11 @@ static int bisect_backend(const td_backend_vt *vt) {
     static const char *const clean[] = {"llama-f32",     "qwen3-f32",  "qwen3moe-f32", "qwen3moe-ties",
                                         "llama-q4_k",    "qwen3-q4_k", "qwen3moe-q4_k",
                                         "llama-iq2_xxs", "qwen3moe-iq2_xxs", "qwen3-tails-f32",
-                                        "qwen3-oddblocks-q8_0", "qwen3next-f32"};
+                                        "qwen3-oddblocks-q8_0", "qwen3next-f32", "qwen4exp-f32"};
     for (size_t i = 0; i < sizeof clean / sizeof clean[0]; i++) {
         // a backend without Gated DeltaNet layers (cuda) refuses the hybrid fixture at open
         if (!strncmp(clean[i], "qwen3next", 9) && !(vt->layer_kinds & (1u << TD_LAYER_GDN))) continue;
+        if (!strncmp(clean[i], "qwen4exp", 8) && !(vt->layer_kinds & (1u << TD_LAYER_HC_QSA))) continue;
         found f;
         bisect(B, clean[i], NULL, &f);
         char got[128];
@@ -346,12 +357,12 @@ Test(faults, a_backend_without_the_fault_refuses_it_with_exit_2, .init = make_tm
 
 /* Greedy run of the cpu arm through `tapdiff run`, then the single-arm
  * self-check on its tap file alone. */
-static void greedy_selfcheck(const char *inject, td_selfcheck_report *rep) {
+static void greedy_selfcheck(const char *fixture, const char *inject, td_selfcheck_report *rep) {
     const char *td = getenv("TD_TAPDIFF");
     if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
     char model[512], out[512], cmd[2048];
-    fixture_path("llama-f32", model, sizeof model);
-    snprintf(out, sizeof out, "%s/greedy-%s.h5", tmpdir, inject ? inject : "none");
+    fixture_path(fixture, model, sizeof model);
+    snprintf(out, sizeof out, "%s/greedy-%s-%s.h5", tmpdir, fixture, inject ? inject : "none");
     snprintf(cmd, sizeof cmd,
              "'%s' run --model '%s' --backend cpu %s%s --tokens " PROMPT " --steps %d --decode greedy --taps full "
              "--out '%s' --quiet >/dev/null 2>&1",
@@ -363,18 +374,24 @@ static void greedy_selfcheck(const char *inject, td_selfcheck_report *rep) {
 }
 
 Test(faults, stale_token_caught_by_selfcheck_on_cpu_greedy_file, .init = make_tmpdir, .fini = remove_tmpdir) {
-    td_selfcheck_report rep;
-    greedy_selfcheck(NULL, &rep);
-    cr_expect_eq(rep.verdict, TD_OK, "clean greedy run: %s", rep.message);
-    cr_expect_eq(rep.n_feedback, STEPS, "every decode step's feedback checked: %s", rep.message);
+    // qwen4exp: the seeds' stale-token bug was on this architecture, whose PLE n-grams also read the token
+    static const char *const fixtures[] = {"llama-f32", "qwen4exp-f32"};
+    for (size_t i = 0; i < sizeof fixtures / sizeof fixtures[0]; i++) {
+        td_selfcheck_report rep;
+        greedy_selfcheck(fixtures[i], NULL, &rep);
+        cr_expect_eq(rep.verdict, TD_OK, "%s: clean greedy run: %s", fixtures[i], rep.message);
+        cr_expect_eq(rep.n_feedback, STEPS, "%s: every decode step's feedback checked: %s", fixtures[i], rep.message);
 
-    greedy_selfcheck("stale_token", &rep);
-    fprintf(stderr, "selfcheck stale_token: %s\n", rep.message);
-    cr_expect_eq(rep.verdict, TD_DIVERGENT, "stale_token: %s", rep.message);
-    cr_expect_eq(rep.fail, TD_SCF_FEEDBACK, "stale_token fails the feedback check: %s", rep.message);
-    cr_expect_eq(rep.fail_step, TD_FAULT_STALE_STEP, "at decode step 2: %s", rep.message);
-    cr_expect_eq(rep.found, 0, "the step consumed token 0: %s", rep.message);
-    cr_expect_neq(rep.expected, 0, "the argmax it should have consumed is not 0: %s", rep.message);
+        greedy_selfcheck(fixtures[i], "stale_token", &rep);
+        fprintf(stderr, "selfcheck stale_token on %s: %s\n", fixtures[i], rep.message);
+        cr_expect_eq(rep.verdict, TD_DIVERGENT, "%s: stale_token: %s", fixtures[i], rep.message);
+        cr_expect_eq(rep.fail, TD_SCF_FEEDBACK, "%s: stale_token fails the feedback check: %s", fixtures[i],
+                     rep.message);
+        cr_expect_eq(rep.fail_step, TD_FAULT_STALE_STEP, "%s: at decode step 2: %s", fixtures[i], rep.message);
+        cr_expect_eq(rep.found, 0, "%s: the step consumed token 0: %s", fixtures[i], rep.message);
+        cr_expect_neq(rep.expected, 0, "%s: the argmax it should have consumed is not 0: %s", fixtures[i],
+                      rep.message);
+    }
 }
 
 /* The size faults need the size fixtures: on every fixture without a tail or

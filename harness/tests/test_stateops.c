@@ -37,6 +37,9 @@ static void remove_tmpdir(void) { td_test_rmdir(tmpdir); }
 #define SCRIPT_COPY_ONLY "prefill; decode 2; copy 0 1; decode 3 on 1; decode 2 on 0; copy 1 0; decode 1 on 0"
 
 static const char *const k_gdn_fixtures[] = {"qwen3next-f32", "qwen3next-q8_0"};
+/* qwen4exp: with PROMPT the default script's decodes pass position 11, where
+ * block 1's QSA selection turns sparse (W = 11), and copy 16 positions. */
+static const char *const k_q4x_fixtures[] = {"qwen4exp-f32", "qwen4exp-q8_0"};
 
 static const char *const k_fixtures[] = {"llama-f32", "qwen3-f32", "qwen3moe-f32", "llama-q8_0"};
 #define N_FIXTURES (sizeof k_fixtures / sizeof k_fixtures[0])
@@ -170,10 +173,12 @@ Test(stateops, each_state_fault_is_localized_at_its_operation_and_step, .init = 
         const td_fault_info *fi = td_fault_get((td_fault)f);
         if (!fi->state_op) continue;
         n_faults++;
-        // a recurrent-state fault shows on the recurrent fixtures only
-        const int gdn = strstr(fi->fixtures, "qwen3next") != NULL;
-        const char *const *fx = gdn ? k_gdn_fixtures : k_fixtures;
-        const size_t n_fx = gdn ? sizeof k_gdn_fixtures / sizeof *k_gdn_fixtures : N_FIXTURES;
+        // a recurrent-state fault shows on the recurrent fixtures only, an indexer fault on qwen4exp's
+        const int gdn = strstr(fi->fixtures, "qwen3next") != NULL, q4x = !gdn && strstr(fi->fixtures, "qwen4exp");
+        const char *const *fx = gdn ? k_gdn_fixtures : q4x ? k_q4x_fixtures : k_fixtures;
+        const size_t n_fx = gdn ? sizeof k_gdn_fixtures / sizeof *k_gdn_fixtures
+                            : q4x ? sizeof k_q4x_fixtures / sizeof *k_q4x_fixtures
+                                  : N_FIXTURES;
         char want[160], want_tap[160];
         snprintf(want, sizeof want, "'%s': step %d, ", fi->state_op, fi->first_step);
         snprintf(want_tap, sizeof want_tap, ": %s budget", fi->first_tap);
@@ -194,6 +199,27 @@ Test(stateops, each_state_fault_is_localized_at_its_operation_and_step, .init = 
             }
     }
     cr_expect_geq(n_faults, 2, "the catalog has no state-operations fault");
+}
+
+/* qwen4exp on cpu: the default and the recurrent script conformant (the
+ * indexer key cache, the token history of the PLE n-grams and the PLE conv
+ * history follow rollbacks and copies), a rollback past the snapshots refused,
+ * and the recurrent-state fault shown at the PLE conv, block 0's first tap
+ * that reads the history (before its GDN conv). */
+Test(stateops, cpu_on_qwen4exp_fixtures, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600) {
+    for (size_t i = 0; i < sizeof k_q4x_fixtures / sizeof k_q4x_fixtures[0]; i++) {
+        const char *m = td_test_fixture(tmpdir, k_q4x_fixtures[i]);
+        expect_conformant(m, "cpu", NULL, 0);
+        expect_conformant(m, "cpu", SCRIPT_GDN, 0);
+        if (i == 0) expect_conformant(m, "cpu", NULL, 1);
+        expect_refused(m, "cpu", "prefill; decode 2; rollback 4", "needs the recurrent (GDN) state there");
+    }
+    char *out = NULL;
+    const int rc = stateops(td_test_fixture(tmpdir, "qwen4exp-f32"), "cpu", NULL, "gdn_rollback_stale", 1, &out);
+    cr_expect_eq(rc, 1, "gdn_rollback_stale on qwen4exp-f32: exit %d: %s", rc, out);
+    cr_expect(strstr(out, "'decode 5': step 7, ") && strstr(out, ": blk.0.ple_conv budget"),
+              "gdn_rollback_stale on qwen4exp-f32: expected 'decode 5': step 7 at blk.0.ple_conv in: %s", out);
+    free(out);
 }
 
 Test(stateops, exit_codes_for_no_state_ops_usage_and_bad_script, .init = make_tmpdir, .fini = remove_tmpdir) {

@@ -278,8 +278,8 @@ static int fixture_selected(const char *name) {
 ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_thread_count) {
     const char *name = td_fixture_at((size_t)*ix)->name;
     if (!fixture_selected(name)) cr_skip_test("%s not in TD_THRESH_FIXTURES", name);
+    // qwen4exp: the cpu arm emits its taps; the llamacpp arm does not yet (pending)
     const char *pending = td_test_ref_pending(td_fixture_at((size_t)*ix)->arch);
-    if (pending) cr_skip_test("%s: %s", name, pending);
     const char *model = td_test_fixture(dir, name);
     const int steps = sweep_steps();
     // every prompt length on every fixture with TD_THRESH_FULL=1 (bench/thresholds.sh); by default one
@@ -295,6 +295,10 @@ ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_t
         for (int a = 0; a < 2; a++) {
             if (!full && L != *ix % 3) continue;
             if (!available(arms[a])) continue;
+            if (pending && a == 1) {
+                fprintf(stderr, "%s: llamacpp skipped: %s\n", name, pending);
+                continue;
+            }
             const char *A = td_test_path(dir, "A.h5"), *C = td_test_path(dir, "C.h5");
             int32_t *fed = NULL;
             run_arm(model, "ref", profiles[a], prompt, lens[L], steps, NULL, 0, A, &fed);

@@ -168,7 +168,7 @@ ParameterizedTest(int *ix, cpu_conformance, every_fixture_native, .timeout = 400
  * the budget is the profile's own error (~1e-2), like with like. */
 static const char *const k_act_q8_fixtures[] = {"llama-q4_k",    "qwen3-q4_k",     "qwen3moe-q6_k",
                                                  "qwen3moe-ties", "qwen3moe-iq1_s", "llama-nvfp4",
-                                                 "qwen3next-q8_0"};
+                                                 "qwen3next-q8_0", "qwen4exp-q8_0"};
 #define N_ACT_Q8 (sizeof k_act_q8_fixtures / sizeof k_act_q8_fixtures[0])
 static int k_act_q8_ix[N_ACT_Q8];
 
