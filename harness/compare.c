@@ -4,6 +4,7 @@
  * is streamed in blocks of whole rows, so memory is a few blocks plus one
  * small record per compared tap, whatever the file sizes. */
 #include "compare.h"
+#include "ties.h"
 #include "catalog.h"
 #include "selfcheck.h"
 
@@ -1342,6 +1343,15 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     const char *na = td_tapfile_note(c.A.f), *nb = td_tapfile_note(c.B.f);
     if (na && na[0]) add_note(r, "A: %s", na);
     if (nb && nb[0]) add_note(r, "B: %s", nb);
+    // two files cannot rerun an arm: a divergence on a rounding tie an oracle recorded is said, not excused
+    if (r->verdict != TD_OK && r->first >= 0) {
+        const td_cmp_tap *f = td_cmp_tap_at(r, r->first);
+        const int64_t fs = f->step;
+        const int32_t fl = f->layer;
+        char line[320];
+        for (int i = 0; i < 2; i++)
+            if (td_ties_note(i ? c.B.f : c.A.f, fs, fl, line, sizeof line)) add_note(r, "%s: %s", i ? "B" : "A", line);
+    }
     // A feedback bug (a decode step fed a stale token) is visible in one arm
     // alone; it makes the comparison divergent whatever the taps say.
     const char *arm_path[2] = {path_a, path_b};

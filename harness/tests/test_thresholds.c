@@ -250,6 +250,74 @@ Test(thresholds, rounding_tie_taken_by_the_oracle_is_no_false_alarm) {
     td_cmp_result_free(r);
 }
 
+/* The same tie through the two-arm bisect: A = ref under B's profile
+ * (--a-profile act-q8), B = llamacpp, control ref32 under act-q8. Divergent
+ * at blk.1.moe_logits without the search; with it the oracle takes
+ * llama.cpp's side, the verdict is conformant and A's tap file records the
+ * tie it took (root attribute ties_taken, with the weight each copy fed). */
+Test(thresholds, two_arm_bisect_takes_the_arms_side_of_a_tie_and_records_it) {
+    if (!available("llamacpp")) cr_skip_test("llamacpp cannot run here");
+    const char *model = td_test_fixture(dir, "qwen3moe-iq2_xxs");
+    char out[512], pa[600], pb[600];
+    snprintf(out, sizeof out, "%s/bisect", dir);
+    snprintf(pa, sizeof pa, "%s/A-ref.h5", out);
+    snprintf(pb, sizeof pb, "%s/B-llamacpp.h5", out);
+    char *so = NULL, *se = NULL;
+    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8", "--b",
+                          "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--out-dir", out, NULL};
+    const int st = td_test_tapdiff_run(dir, &so, &se, args);
+    cr_expect_eq(st, 0, "bisect exit %d:\n%s%s", st, so, se);
+    cr_expect(strstr(so, "the oracle took B's side of"), "%s", so);
+    td_tapfile *f = NULL;
+    td_err e = {{0}};
+    cr_assert_eq(td_tapfile_open(&f, pa, &e), TD_OK, "%s", e.msg);
+    char *taken = NULL, *prof = NULL;
+    cr_assert_eq(td_tapfile_attr_str(f, "ties_taken", &taken, &e), TD_OK, "%s", e.msg);
+    cr_assert_eq(td_tapfile_attr_str(f, "profile", &prof, &e), TD_OK, "%s", e.msg);
+    cr_expect_str_eq(prof, "act-q8");
+    cr_expect(strstr(taken, "0:15:13:-40.5000090") && strstr(taken, ":blk.1.ffn_gate_inp.weight"),
+              "ties_taken: %s", taken);
+    (void)pb;
+    free(taken), free(prof), free(so), free(se);
+    td_tapfile_close(f);
+}
+
+/* compare cannot rerun an arm: of two existing files, a divergence at the
+ * step and block of a near tie the oracle's file recorded (near_ties) is
+ * named in a note, the verdict unchanged. Without a control (bisect
+ * --control-arm none, so no search runs) A records the tie and B diverges
+ * there at the f32 floor. */
+Test(thresholds, compare_notes_a_divergence_on_a_recorded_near_tie) {
+    if (!available("llamacpp")) cr_skip_test("llamacpp cannot run here");
+    const char *model = td_test_fixture(dir, "qwen3moe-iq2_xxs");
+    char out[512], pa[600], pb[600];
+    snprintf(out, sizeof out, "%s/bisect", dir);
+    snprintf(pa, sizeof pa, "%s/A-ref.h5", out);
+    snprintf(pb, sizeof pb, "%s/B-llamacpp.h5", out);
+    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8", "--b",
+                          "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--control-arm", "none",
+                          "--out-dir", out, NULL};
+    char *so = NULL;
+    const int st = td_test_tapdiff_run(dir, &so, NULL, args);
+    cr_expect_eq(st, 1, "bisect exit %d:\n%s", st, so);
+    free(so);
+    td_cmp_options o = td_cmp_options_default();
+    td_cmp_result *r = NULL;
+    td_err e = {{0}};
+    cr_assert_eq(td_compare(pa, pb, &o, &r, &e), TD_OK,
+                 "%s", e.msg);
+    const td_cmp_tap *f = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
+    cr_assert(f && !strcmp(f->name, "blk.1.moe_logits") && f->step == 0, "first divergent %s",
+              f ? f->name : "(none)");
+    int noted = 0;
+    for (int i = 0; i < r->n_notes; i++)
+        noted |= strstr(r->notes[i], "A: divergence on a recorded near rounding tie") &&
+                 strstr(r->notes[i], "x/d = -40.500009") && strstr(r->notes[i], "blk.1.ffn_gate_inp.weight");
+    cr_expect(noted, "no note on the recorded tie (%d notes; first: %s)", r->n_notes, r->n_notes ? r->notes[0] : "");
+    cr_expect_eq(r->verdict, TD_DIVERGENT);
+    td_cmp_result_free(r);
+}
+
 /* ------------------------------------------------------- false alarms */
 
 static int sweep_steps(void) {
