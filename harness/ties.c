@@ -152,11 +152,11 @@ void td_ties_keep_near(td_ties_report *rep, const td_act_tie *log, int n_log) {
 
 /* "STEP:CALL:ELEM:V:SITE" entries separated by blanks; malloc'd. */
 static char *format_ties(const td_act_tie *t, int n) {
-    const size_t cap = (size_t)n * (sizeof t->site + 80) + 1;
+    const size_t cap = (size_t)n * (sizeof t->site + 4 * 24 + 8) + 1; // 3 integers, one %.17g, separators
     char *s = td_xmalloc(cap);
     size_t w = 0;
     s[0] = '\0';
-    for (int i = 0; i < n; i++)
+    for (int i = 0; i < n && w < cap; i++)
         w += (size_t)snprintf(s + w, cap - w, "%s%lld:%lld:%lld:%.17g:%s", i ? " " : "", (long long)t[i].step,
                               (long long)t[i].call, (long long)t[i].elem, t[i].v, t[i].site);
     return s;
