@@ -174,6 +174,15 @@ static char *attr_or_empty(const td_tapfile *f, const char *key) {
 
 /* ------------------------------------------------------------ context */
 
+/* A small tap's honest amplification of its input's error depends on the
+ * error's direction (softmax over 8 router logits: 0.04x to 4x from step to
+ * step), so one control draw per step under-measures it; the largest growth
+ * the control showed at that tap so far measures the operation instead. */
+typedef struct small_growth {
+    char name[TD_TAP_NAME_MAX];
+    double gmax;
+} small_growth;
+
 typedef struct ctx {
     const td_cmp_options *o;
     td_cmp_result *r;
@@ -189,6 +198,8 @@ typedef struct ctx {
     int ulp_top; // highest bin touched + 1
     int64_t *res_of; // per B tap of the step: index in r->taps or -1
     int64_t res_n;
+    small_growth *sg; // per small tap name: the control's largest growth so far
+    int n_sg, cap_sg;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -704,10 +715,29 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
     t->floor = fl;
     // A tap of few values: its own control error is one noisy draw; the
     // control error its input carried (measured over more values) counts too.
+    // It may amplify that error as much as the control's largest growth there so far.
     t->err_ctrl_used = t->ctrl != TD_CTRL_NONE ? t->err_ctrl : NAN;
-    if (t->count < TD_CMP_SMALL_TAP && in && !isnan(in->err_ctrl_used) &&
-        (isnan(t->err_ctrl_used) || in->err_ctrl_used > t->err_ctrl_used))
-        t->err_ctrl_used = in->err_ctrl_used;
+    if (t->count < TD_CMP_SMALL_TAP && in && !isnan(in->err_ctrl_used)) {
+        double g = 1.0;
+        if (t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
+            isfinite(in->err_ctrl)) {
+            int i = 0;
+            while (i < c->n_sg && strcmp(c->sg[i].name, t->name)) i++;
+            if (i == c->n_sg) {
+                if (c->n_sg == c->cap_sg) {
+                    c->cap_sg = c->cap_sg ? 2 * c->cap_sg : 32;
+                    c->sg = td_xrealloc(c->sg, (size_t)c->cap_sg * sizeof *c->sg);
+                }
+                snprintf(c->sg[i].name, sizeof c->sg[i].name, "%s", t->name);
+                c->sg[c->n_sg++].gmax = 0;
+            }
+            const double gi = t->err_ctrl / in->err_ctrl;
+            if (gi > c->sg[i].gmax) c->sg[i].gmax = gi;
+            if (c->sg[i].gmax > g) g = c->sg[i].gmax < TD_CMP_SMALL_GROWTH ? c->sg[i].gmax : TD_CMP_SMALL_GROWTH;
+        }
+        const double from_in = in->err_ctrl_used * g;
+        if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
+    }
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
     t->budget = kc > fl ? kc : fl;
     t->ratio = t->budget > 0 ? t->err / t->budget : (t->err > 0 ? INFINITY : 0.0);
@@ -1386,6 +1416,7 @@ fail:
     free(c.lg_kl);
     free(c.ulp_hist);
     free(c.res_of);
+    free(c.sg);
     if (st) {
         td_cmp_result_free(r);
         return st;

@@ -326,6 +326,49 @@ Test(thresholds, compare_notes_a_divergence_on_a_recorded_near_tie) {
     td_cmp_result_free(r);
 }
 
+/* A false alarm the 64-step sweep found (qwen3next-f32, cpu, 40-token
+ * prompt): blk.0.moe_probs (8 values) at decode step 53, error 1.67e-6,
+ * 3.4x its input's (blk.0.moe_logits), where the control's error happened to
+ * grow 0.75x: softmax amplifies an error by 0.04x..4x depending on its
+ * direction, so one control draw under-measures it (r 1.26). The budget of
+ * a small tap now also takes the input's control error times the largest
+ * growth the control showed at that tap so far (4.05 by then): conformant,
+ * while an error of 1e-4 planted there is still caught at that tap. */
+Test(thresholds, small_tap_amplification_is_measured_not_a_false_alarm) {
+    const char *model = td_test_fixture(dir, "qwen3next-f32");
+    const char *A = td_test_path(dir, "A.h5"), *B = td_test_path(dir, "B.h5"), *C = td_test_path(dir, "C.h5"),
+               *P = td_test_path(dir, "P.h5");
+    enum { N = 40, S = 53 };
+    int32_t prompt[N];
+    for (int i = 0; i < N; i++) prompt[i] = (int32_t)(1 + (i * 37) % 250); // the sweep's prompt
+    int32_t *fed = NULL;
+    td_run_config c[3];
+    const char *const arm[3] = {"ref", "ref32", "cpu"}, *const out[3] = {A, C, B};
+    for (int i = 0; i < 3; i++) {
+        c[i] = arm_config(model, arm[i], "native", prompt, N, S, i ? fed : NULL, 1, out[i]);
+        td_run_result r = {0};
+        td_err e = {{0}};
+        cr_assert_eq(td_run(&c[i], &r, &e), TD_OK, "%s: %s", arm[i], e.msg);
+        if (!i) fed = malloc(sizeof *fed * S), memcpy(fed, r.fed, sizeof *fed * S);
+        td_run_result_free(&r);
+    }
+    free(fed);
+    td_cmp_result *r = compare3(A, B, C);
+    const td_cmp_tap *f = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
+    cr_expect_eq(r->verdict, TD_OK, "false alarm at %s step %lld (r = %g)", f ? f->name : "-", f ? (long long)f->step : -1LL,
+                 f ? f->ratio : 0.0);
+    td_cmp_result_free(r);
+    plant p = {S, "blk.0.moe_probs", 1e-4, 0};
+    tg_copy(B, P, plant_fn, &p, NULL, NULL, NULL, NULL);
+    cr_assert(p.done);
+    r = compare3(A, P, C);
+    f = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
+    cr_expect(f && !strcmp(f->name, "blk.0.moe_probs") && f->step == S, "1e-4 at blk.0.moe_probs@%d: first %s@%lld",
+              S, f ? f->name : "(conformant)", f ? (long long)f->step : -1LL);
+    if (f) fprintf(stderr, "planted 1e-4 at blk.0.moe_probs: r %.3g\n", f->ratio);
+    td_cmp_result_free(r);
+}
+
 /* ------------------------------------------------------- false alarms */
 
 static int sweep_steps(void) {
