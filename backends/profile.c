@@ -70,6 +70,7 @@ typedef struct ties_state {
     int n_flips;
     td_act_tie *log;
     int n_log, cap_log;
+    const char *site;
 } ties_state;
 static ties_state g_ties;
 
@@ -88,6 +89,10 @@ void td_act_ties_end(td_act_tie **log, int *n) {
     if (log) *log = g_ties.log, *n = g_ties.n_log;
     else free(g_ties.log);
     g_ties = (ties_state){0};
+}
+
+void td_act_ties_site(const char *weight) {
+    if (g_ties.on) g_ties.site = weight;
 }
 
 static void ties_call(void) {
@@ -109,7 +114,8 @@ static int tie_pinned(double v, int64_t elem, double alt, double *pick) {
         g_ties.cap_log = g_ties.cap_log ? 2 * g_ties.cap_log : 64;
         g_ties.log = td_xrealloc(g_ties.log, (size_t)g_ties.cap_log * sizeof *g_ties.log);
     }
-    g_ties.log[g_ties.n_log++] = me;
+    g_ties.log[g_ties.n_log] = me;
+    snprintf(g_ties.log[g_ties.n_log++].site, sizeof me.site, "%s", g_ties.site ? g_ties.site : "");
     return pinned;
 }
 

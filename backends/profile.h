@@ -149,6 +149,7 @@ typedef struct td_act_tie {
     int64_t step, call, elem;
     double v;    /* the scaled value: its distance to the half-integer says how near */
     double pick; /* in a log: the other side's result; in a pin list: the result to take */
+    char site[48]; /* in a log: the weight the rounded row multiplies ("" when not named) */
 } td_act_tie;
 
 /* Opens a session: logs every code (or Q8_0 f16 scale) within tau (code
@@ -161,6 +162,9 @@ void td_act_ties_forward(void);
 /* Closes the session; *log (free() it) and *n receive the near-ties met in
  * order, or log NULL to drop them. */
 void td_act_ties_end(td_act_tie **log, int *n);
+/* Names the weight the rows rounded next are multiplied with (borrowed
+ * until the next call; no-op outside a session): a log entry's site. */
+void td_act_ties_site(const char *weight);
 
 #ifdef __cplusplus
 }

@@ -4,6 +4,7 @@
  * is streamed in blocks of whole rows, so memory is a few blocks plus one
  * small record per compared tap, whatever the file sizes. */
 #include "compare.h"
+#include "ties.h"
 #include "catalog.h"
 #include "selfcheck.h"
 
@@ -173,6 +174,15 @@ static char *attr_or_empty(const td_tapfile *f, const char *key) {
 
 /* ------------------------------------------------------------ context */
 
+/* A small tap's honest amplification of its input's error depends on the
+ * error's direction (softmax over 8 router logits: 0.04x to 4x from step to
+ * step), so one control draw per step under-measures it; the largest growth
+ * the control showed at that tap so far measures the operation instead. */
+typedef struct small_growth {
+    char name[TD_TAP_NAME_MAX];
+    double gmax;
+} small_growth;
+
 typedef struct ctx {
     const td_cmp_options *o;
     td_cmp_result *r;
@@ -188,6 +198,8 @@ typedef struct ctx {
     int ulp_top; // highest bin touched + 1
     int64_t *res_of; // per B tap of the step: index in r->taps or -1
     int64_t res_n;
+    small_growth *sg; // per small tap name: the control's largest growth so far
+    int n_sg, cap_sg;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -827,10 +839,29 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
     t->floor = fl;
     // A tap of few values: its own control error is one noisy draw; the
     // control error its input carried (measured over more values) counts too.
+    // It may amplify that error as much as the control's largest growth there so far.
     t->err_ctrl_used = t->ctrl != TD_CTRL_NONE ? t->err_ctrl : NAN;
-    if (t->count < TD_CMP_SMALL_TAP && in && !isnan(in->err_ctrl_used) &&
-        (isnan(t->err_ctrl_used) || in->err_ctrl_used > t->err_ctrl_used))
-        t->err_ctrl_used = in->err_ctrl_used;
+    if (t->count < TD_CMP_SMALL_TAP && in && !isnan(in->err_ctrl_used)) {
+        double g = 1.0;
+        if (t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
+            isfinite(in->err_ctrl)) {
+            int i = 0;
+            while (i < c->n_sg && strcmp(c->sg[i].name, t->name)) i++;
+            if (i == c->n_sg) {
+                if (c->n_sg == c->cap_sg) {
+                    c->cap_sg = c->cap_sg ? 2 * c->cap_sg : 32;
+                    c->sg = td_xrealloc(c->sg, (size_t)c->cap_sg * sizeof *c->sg);
+                }
+                snprintf(c->sg[i].name, sizeof c->sg[i].name, "%s", t->name);
+                c->sg[c->n_sg++].gmax = 0;
+            }
+            const double gi = t->err_ctrl / in->err_ctrl;
+            if (gi > c->sg[i].gmax) c->sg[i].gmax = gi;
+            if (c->sg[i].gmax > g) g = c->sg[i].gmax < TD_CMP_SMALL_GROWTH ? c->sg[i].gmax : TD_CMP_SMALL_GROWTH;
+        }
+        const double from_in = in->err_ctrl_used * g;
+        if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
+    }
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
     t->budget = kc > fl ? kc : fl;
     t->ratio = t->budget > 0 ? t->err / t->budget : (t->err > 0 ? INFINITY : 0.0);
@@ -1466,6 +1497,15 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     const char *na = td_tapfile_note(c.A.f), *nb = td_tapfile_note(c.B.f);
     if (na && na[0]) add_note(r, "A: %s", na);
     if (nb && nb[0]) add_note(r, "B: %s", nb);
+    // two files cannot rerun an arm: a divergence on a rounding tie an oracle recorded is said, not excused
+    if (r->verdict != TD_OK && r->first >= 0) {
+        const td_cmp_tap *f = td_cmp_tap_at(r, r->first);
+        const int64_t fs = f->step;
+        const int32_t fl = f->layer;
+        char line[320];
+        for (int i = 0; i < 2; i++)
+            if (td_ties_note(i ? c.B.f : c.A.f, fs, fl, line, sizeof line)) add_note(r, "%s: %s", i ? "B" : "A", line);
+    }
     // A feedback bug (a decode step fed a stale token) is visible in one arm
     // alone; it makes the comparison divergent whatever the taps say.
     const char *arm_path[2] = {path_a, path_b};
@@ -1500,6 +1540,7 @@ fail:
     free(c.lg_kl);
     free(c.ulp_hist);
     free(c.res_of);
+    free(c.sg);
     if (st) {
         td_cmp_result_free(r);
         return st;

@@ -131,6 +131,10 @@ extern "C" {
 /* Taps of fewer values than this inherit their input's control error as a
  * lower bound of their own (see "Budget"). */
 #define TD_CMP_SMALL_TAP 64
+/* The most a small tap's budget grows by the control's growth there (softmax
+ * over 8 router logits measured up to 4.05x; matmul outputs of a tiny model
+ * vary as much, and a bug must not buy more room than rounding shows). */
+#define TD_CMP_SMALL_GROWTH 4.0
 /* Rows / channels kept per tap as the places that diverge most. */
 #define TD_CMP_N_WHERE 3
 
@@ -196,7 +200,9 @@ typedef struct td_cmp_tap {
     td_cmp_ctrl ctrl;
     double err_ctrl_used; /* what the budget used: err_ctrl, or for a tap of
                              < TD_CMP_SMALL_TAP values the larger of it and its
-                             input's err_ctrl_used; NaN = none */
+                             input's err_ctrl_used times the largest control
+                             growth (err_ctrl / input's err_ctrl, >= 1) this
+                             tap showed so far; NaN = none */
     double floor;    /* the floor used for this tap */
     double budget;   /* max(k err_ctrl_used, floor) */
     double ratio;    /* err / budget */

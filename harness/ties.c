@@ -109,6 +109,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
         }
         if (!kept) break;
     }
+    td_ties_keep_near(rep, log, n_log);
     free(log);
     remove(try_path);
     remove(try_ctrl);
@@ -133,4 +134,77 @@ void td_ties_describe(const td_ties_report *rep, char *buf, size_t n) {
         if (k < 0) return;
         w += (size_t)k;
     }
+}
+
+void td_ties_keep_near(td_ties_report *rep, const td_act_tie *log, int n_log) {
+    rep->n_near = 0;
+    for (int i = 0; i < n_log; i++) {
+        if (!(nearness(&log[i]) < TD_TIES_NOTE_TAU)) continue;
+        int at = rep->n_near; // insertion, nearest first: the list is short
+        while (at > 0 && nearness(&rep->near[at - 1]) > nearness(&log[i])) at--;
+        if (at >= TD_TIES_NEAR_MAX) continue;
+        const int n_move = (rep->n_near < TD_TIES_NEAR_MAX ? rep->n_near : TD_TIES_NEAR_MAX - 1) - at;
+        memmove(&rep->near[at + 1], &rep->near[at], (size_t)n_move * sizeof *rep->near);
+        rep->near[at] = log[i];
+        if (rep->n_near < TD_TIES_NEAR_MAX) rep->n_near++;
+    }
+}
+
+/* "STEP:CALL:ELEM:V:SITE" entries separated by blanks; malloc'd. */
+static char *format_ties(const td_act_tie *t, int n) {
+    const size_t cap = (size_t)n * (sizeof t->site + 4 * 24 + 8) + 1; // 3 integers, one %.17g, separators
+    char *s = td_xmalloc(cap);
+    size_t w = 0;
+    s[0] = '\0';
+    for (int i = 0; i < n && w < cap; i++)
+        w += (size_t)snprintf(s + w, cap - w, "%s%lld:%lld:%lld:%.17g:%s", i ? " " : "", (long long)t[i].step,
+                              (long long)t[i].call, (long long)t[i].elem, t[i].v, t[i].site);
+    return s;
+}
+
+int td_ties_record(const char *path, const td_ties_report *rep, td_err *err) {
+    char *taken = format_ties(rep->flips, rep->n_flips), *near = format_ties(rep->near, rep->n_near);
+    int rc = td_tapfile_attr_put(path, "ties_taken", taken, NULL, err);
+    if (rc == TD_OK) rc = td_tapfile_attr_put(path, "near_ties", near, NULL, err);
+    free(taken);
+    free(near);
+    return rc;
+}
+
+/* The block a weight belongs to ("blk.L.…"), -1 for the others. */
+static int32_t site_layer(const char *site) {
+    int L = -1, k = 0;
+    return sscanf(site, "blk.%d.%n", &L, &k) == 1 && k > 0 ? L : -1;
+}
+
+int td_ties_note(const td_tapfile *f, int64_t step, int32_t layer, char *buf, size_t n) {
+    char *s = NULL;
+    td_err ignored;
+    if (td_tapfile_attr_str(f, "near_ties", &s, &ignored) != TD_OK) return 0;
+    int found = 0, count = 0;
+    td_act_tie best = {0};
+    for (char *p = s, *save = NULL, *e; (e = strtok_r(p, " ", &save)); p = NULL) {
+        long long st, call, elem;
+        double v;
+        int k = 0;
+        td_act_tie t = {0};
+        if (sscanf(e, "%lld:%lld:%lld:%lf:%n", &st, &call, &elem, &v, &k) != 4 || !k) continue; // not ours: ignored
+        snprintf(t.site, sizeof t.site, "%s", e + k);
+        if (st != step || site_layer(t.site) != layer) continue;
+        t.step = st, t.call = call, t.elem = elem, t.v = v;
+        count++;
+        if (!found || nearness(&t) < nearness(&best)) best = t;
+        found = 1;
+    }
+    free(s);
+    if (!found) return 0;
+    char what[96];
+    if (best.elem >= 0)
+        snprintf(what, sizeof what, "code x/d = %.9g (element %lld)", best.v, (long long)best.elem);
+    else
+        snprintf(what, sizeof what, "f16 block scale %.9g ulps up (block %lld)", best.v, (long long)(-1 - best.elem));
+    snprintf(buf, n, "divergence on a recorded near rounding tie: %d at its step and block; nearest %s, input of %s; "
+             "either side is honest (bisect --a-profile lets the oracle take the arm's)", count, what,
+             best.site[0] ? best.site : "a matmul");
+    return 1;
 }

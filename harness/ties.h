@@ -22,11 +22,18 @@
 #define TD_TIES_MAX 64         /* flips kept at most */
 #define TD_TIES_CANDIDATES 6   /* near-ties tried per divergent step */
 #define TD_TIES_TAU (1.0 / 1024) /* near: within 2^-10 of the tie (code units / f16 ulps) */
+/* Recorded in a tap file: within 2^-14, where f32 rounding of the inputs
+ * (~1e-7 relative of values up to 127) can decide the side; the nearest
+ * TD_TIES_NEAR_MAX of a run. */
+#define TD_TIES_NOTE_TAU (1.0 / 16384)
+#define TD_TIES_NEAR_MAX 64
 
 typedef struct td_ties_report {
     int n_flips;
     td_act_tie flips[TD_TIES_MAX];
     int n_reruns; /* oracle runs the search made */
+    int n_near;   /* the final oracle run's near ties (TD_TIES_NOTE_TAU), nearest first */
+    td_act_tie near[TD_TIES_NEAR_MAX];
 } td_ties_report;
 
 /* `oracle` and `control` are the runs that wrote their tap_path (ref and
@@ -43,5 +50,20 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
 /* One line per kept flip into buf ("step S: activation code / block scale
  * at call C element E, scaled value V"); "" when none. */
 void td_ties_describe(const td_ties_report *rep, char *buf, size_t n);
+
+/* The near ties of a log within TD_TIES_NOTE_TAU, nearest first, at most
+ * TD_TIES_NEAR_MAX, into rep->near. */
+void td_ties_keep_near(td_ties_report *rep, const td_act_tie *log, int n_log);
+
+/* Root attributes of the oracle's closed tap file at path (additive to the
+ * schema; README "Tap file schema"): `ties_taken`, the ties the oracle took
+ * the arm's side of, and `near_ties`, the near ties its run met; each a
+ * string of entries "STEP:CALL:ELEM:V:SITE" separated by blanks ("" none). */
+int td_ties_record(const char *path, const td_ties_report *rep, td_err *err);
+
+/* When tap file f recorded a near tie (`near_ties`) at `step` in the row of a
+ * matmul of block `layer` (-1: outside the blocks), one line about the
+ * nearest into buf and 1; else 0 (also when f carries no tie log). */
+int td_ties_note(const td_tapfile *f, int64_t step, int32_t layer, char *buf, size_t n);
 
 #endif

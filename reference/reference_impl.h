@@ -521,6 +521,7 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
                 r->cap_qin = T * n_in;
                 r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
             }
+            td_act_ties_site(W->cname); // a near tie's log entry names the matmul it fed
             for (int64_t t = 0; t < T; t++) ACT_ROUND(r->qin + t * n_in, in + t * n_in, n_in, fmt);
             in = r->qin;
         }

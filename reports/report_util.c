@@ -166,7 +166,7 @@ char *rp_why(char *buf, size_t n, const td_cmp_result *r, const td_cmp_tap *t) {
                               t->fail == TD_CMPF_BUDGET ? "over" : "within", r->k);
     if (o < n && !isnan(t->err_ctrl_used) && !(t->err_ctrl_used == t->err_ctrl))
         o += (size_t)snprintf(buf + o, n - o, "; a tap of %llu values: the budget uses the control error its input "
-                              "carried, %s", (unsigned long long)t->count, rp_num(z, sizeof z, t->err_ctrl_used));
+                              "carried, times the control's largest growth at this tap so far, %s", (unsigned long long)t->count, rp_num(z, sizeof z, t->err_ctrl_used));
     if (o < n && t->input[0]) {
         if (isinf(t->growth))
             o += (size_t)snprintf(buf + o, n - o, "; its input %s is exact: the error was created by this operation",

@@ -29,7 +29,7 @@ static const char *const bisect_help =
     "                      --prompt TEXT | --prompt-file F)\n"
     "                      [--steps N] [--control-arm ARM|none] [--out-dir DIR] [--report DIR]\n"
     "                      [--control-profile P] [--k N] [--filter PATTERN] [--threads N]\n"
-    "                      [--inject FAULT] [--oracle ARM|none] [--json] [--quiet]\n"
+    "                      [--inject FAULT] [--oracle ARM|none] [--a-profile P] [--json] [--quiet]\n"
     "       tapdiff bisect --list-faults\n"
     "\n"
     "Runs arm A (the reference) greedy over the prompt and N decode steps, then arm B and the\n"
@@ -55,6 +55,12 @@ static const char *const bisect_help =
     "                       none: the budget is the dtype floor only. When it is B's arm\n"
     "                       (and B has no --inject) B's tap file is reused: then r = 1/k at\n"
     "                       every tap, which checks the pipeline, not B.\n"
+    "  --a-profile P        two-arm mode: A (ref or ref32) computes with profile P, the\n"
+    "                       profile-matched oracle (e.g. act-q8 for llamacpp). With act-q8 or\n"
+    "                       act-q8_1, A = ref and the control under the same profile, a\n"
+    "                       divergence first reruns A and the control with rounding ties\n"
+    "                       taken the arm's way (README \"Rounding ties\"); A's tap file\n"
+    "                       records them (root attributes ties_taken, near_ties)\n"
     "  --control-profile P  arithmetic profile of the control arm (default: the one B\n"
     "                       declares, e.g. act-q8 for llamacpp; native for ref32 and cpu)\n"
     "  --steps N            decode steps after the prefill (default 16)\n"
@@ -80,6 +86,7 @@ static const char *const bisect_help =
 
 typedef struct bisect_args {
     const char *model, *a, *b, *ctrl, *ctrl_profile, *tokens, *tokens_file, *out_dir, *report, *filter, *inject;
+    const char *a_profile; /* two-arm: A's arithmetic profile (NULL: native) */
     const char *oracle; /* three-arm mode: the oracle arm; NULL = two-arm */
     const char *prompt, *prompt_file;
     const char *prompt_text; /* set once read: recorded in every arm's tap file */
@@ -155,6 +162,7 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
         else if (!strcmp(arg, "--filter")) a->filter = v;
         else if (!strcmp(arg, "--inject")) a->inject = v;
         else if (!strcmp(arg, "--oracle")) a->oracle = v;
+        else if (!strcmp(arg, "--a-profile")) a->a_profile = v;
         else if (!strcmp(arg, "--steps")) {
             if (parse_ll(v, 0, 1000000, &a->steps))
                 return td_cli_failf("bisect", TD_EUSAGE, "--steps: expected a count >= 0, got '%s'", v);
@@ -182,6 +190,15 @@ static int parse_args(int argc, char **argv, bisect_args *a) {
     if (a->oracle && !strcmp(a->oracle, "none")) a->oracle = NULL;
     if (a->oracle && (td_extarm_is(a->a) || td_extarm_is(a->b)))
         return td_cli_failf("bisect", TD_EUSAGE, "three-arm mode (--oracle) needs built-in arms: use --oracle none");
+    if (a->a_profile) {
+        td_profile pr;
+        char why[200];
+        if (a->oracle || (strcmp(a->a, "ref") && strcmp(a->a, "ref32")))
+            return td_cli_failf("bisect", TD_EUSAGE, "--a-profile needs A = ref or ref32 in the two-arm mode "
+                                                     "(--oracle none when A is another arm)");
+        if (td_profile_parse(a->a_profile, &pr, why, sizeof why))
+            return td_cli_failf("bisect", TD_EUSAGE, "--a-profile: %s", why);
+    }
     if (a->oracle && (a->ctrl || a->ctrl_profile || a->inject))
         return td_cli_failf("bisect", TD_EUSAGE,
                             "--oracle (three-arm mode) picks each arm's control itself: --control-arm, "
@@ -254,6 +271,22 @@ static int run_arm(const bisect_args *a, const td_model *m, const char *backend,
 }
 
 static char *join(const char *dir, const char *prefix, const char *arm);
+
+/* Does profile p round activations to Q8 blocks (the rounding ties.h follows)? */
+static int q8_profile(const char *p) {
+    td_profile pr;
+    char why[200];
+    return !td_profile_parse(p, &pr, why, sizeof why) && (pr.rules & (TD_RULE_ACT_Q8 | TD_RULE_ACT_Q8_1));
+}
+
+static int same_profile(const char *x, const char *y) {
+    td_profile px, py;
+    char why[200], fx[TD_PROFILE_NAME_MAX], fy[TD_PROFILE_NAME_MAX];
+    if (td_profile_parse(x, &px, why, sizeof why) || td_profile_parse(y, &py, why, sizeof why)) return 0;
+    td_profile_format(&px, fx, sizeof fx);
+    td_profile_format(&py, fy, sizeof fy);
+    return !strcmp(fx, fy);
+}
 
 /* ---- Three-arm mode ------------------------------------------------------ */
 
@@ -384,6 +417,7 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
             const td_run_config oc = arm_config(a, m, a->oracle, c->oracle_path, prompt, n_prompt, fed, NULL, c->profile),
                                 cc = arm_config(a, m, ctrl_arm, c->ctrl_path, prompt, n_prompt, fed, NULL, c->profile);
             if ((rc = td_ties_follow(&oc, &cc, c->path, &o, &c->cr, &c->ties, err))) goto out;
+            if ((rc = td_ties_record(c->oracle_path, &c->ties, err))) goto out;
             if (c->ties.n_flips) { // the oracle's logits with the same ties
                 td_run_result_free(&c->oracle);
                 td_act_ties_begin(c->ties.flips, c->ties.n_flips, TD_TIES_TAU);
@@ -561,6 +595,9 @@ int td_cmd_bisect(int argc, char **argv) {
     td_run_result ra = {0}, rb = {0}, rc_ = {0};
     int32_t *a_fed = NULL; // an external A's decode tokens
     td_cmp_result *cr = NULL;
+    static td_ties_report ties; // large; one bisect per process
+    memset(&ties, 0, sizeof ties);
+    const int ties_on = a.a_profile && q8_profile(a.a_profile);
     char *pa = join(a.out_dir, "A-", a.a), *pb = join(a.out_dir, "B-", a.b), *pc = NULL, *rep = NULL;
     int ctrl = strcmp(a.ctrl, "none") != 0;
     int reuse_b = ctrl && !strcmp(a.ctrl, a.b) && !a.inject;
@@ -584,7 +621,19 @@ int td_cmd_bisect(int argc, char **argv) {
     if (td_extarm_is(a.a)) {
         if ((rc = run_ext(&a, a.a, pa, prompt, n_prompt, NULL, &a_fed, &err))) goto out;
     } else {
-        if ((rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, NULL, &ra, &err))) goto out;
+        // an oracle rounding activations to Q8 blocks logs its near ties as it runs (ties.h)
+        if (ties_on) td_act_ties_begin(NULL, 0, TD_TIES_TAU);
+        rc = run_arm(&a, m, a.a, pa, prompt, n_prompt, NULL, NULL, a.a_profile, &ra, &err);
+        if (ties_on) {
+            td_act_tie *log = NULL;
+            int n_log = 0;
+            td_act_ties_end(&log, &n_log);
+            td_ties_keep_near(&ties, log, n_log);
+            free(log);
+        }
+        if (rc) goto out;
+        // recorded before compare reads it: a divergence there on a recorded near tie says so
+        if (ties_on && (rc = td_ties_record(pa, &ties, &err))) goto out;
     }
     const int32_t *fed = a_fed ? a_fed : ra.fed;
     if (td_extarm_is(a.b)) {
@@ -608,6 +657,16 @@ int td_cmd_bisect(int argc, char **argv) {
     // token than it was given (a feedback bug to localize), not a usage error
     o.allow_token_mismatch = 1;
     if ((rc = td_compare(pa, pb, &o, &cr, &err))) goto out;
+    // the arm may have rounded an activation code or block scale on the other side of a tie
+    // than the f64 oracle: the oracle (and the control with it) takes its side there, as in
+    // the three-arm mode; the control must compute with A's profile for the pins to match
+    if (ties_on && cr->verdict != TD_OK && !strcmp(a.a, "ref") && ctrl && !reuse_b &&
+        (!strcmp(a.ctrl, "ref32") || !strcmp(a.ctrl, "ref")) && same_profile(a.a_profile, a.ctrl_profile)) {
+        td_run_config oc = arm_config(&a, m, a.a, pa, prompt, n_prompt, fed, NULL, a.a_profile),
+                      cc = arm_config(&a, m, a.ctrl, pc, prompt, n_prompt, fed, NULL, a.ctrl_profile);
+        if ((rc = td_ties_follow(&oc, &cc, pb, &o, &cr, &ties, &err))) goto out;
+    }
+    if (ties.n_reruns && (rc = td_ties_record(pa, &ties, &err))) goto out;
     char ctrl_line[256];
     if (!ctrl)
         snprintf(ctrl_line, sizeof ctrl_line, "control: none (budget: the dtype floor)");
@@ -623,6 +682,7 @@ int td_cmd_bisect(int argc, char **argv) {
         if (o && cJSON_IsObject(o)) {
             cJSON_AddStringToObject(o, "control_arm", ctrl ? a.ctrl : "none");
             cJSON_AddStringToObject(o, "control_profile", !ctrl ? "none" : reuse_b ? declared : a.ctrl_profile);
+            if (ties_on) cJSON_AddNumberToObject(o, "oracle_ties_taken", ties.n_flips);
             char *js2 = cJSON_PrintUnformatted(o);
             puts(js2);
             free(js2);
@@ -635,6 +695,12 @@ int td_cmd_bisect(int argc, char **argv) {
     } else {
         td_report_text(stdout, cr);
         printf("%s\n", ctrl_line);
+        if (ties.n_flips) {
+            char tl[2048];
+            td_ties_describe(&ties, tl, sizeof tl);
+            printf("the oracle took B's side of %d rounding tie(s) (%d oracle reruns; A's file records them): %s\n",
+                   ties.n_flips, ties.n_reruns, tl);
+        }
     }
     if (a.report) {
         rep = td_xstrdup(a.report);

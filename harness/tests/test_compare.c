@@ -431,7 +431,9 @@ Test(compare, planted_perturbation_is_localized) {
     cr_assert_eq(t->step, 2);
     cr_assert_eq(t->kind, TD_STEP_DECODE);
     cr_assert_eq(t->fail, TD_CMPF_BUDGET);
-    cr_assert(t->ratio > 10, "r = %g", t->ratio);
+    // every tap of this synthetic model has < TD_CMP_SMALL_TAP values, so its budget takes the
+    // control's growth (at most TD_CMP_SMALL_GROWTH) into account: r 7.4 (was > 10 without it)
+    cr_assert(t->ratio > 5, "r = %g", t->ratio);
     // its input per the producer map is ffn_norm, which is clean: growth is huge
     cr_assert_str_eq(t->input, "blk.1.ffn_norm");
     cr_assert(t->growth > 100, "growth %g", t->growth);
