@@ -3,6 +3,7 @@
 #include "profile.h"
 
 #include <math.h>
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -71,8 +72,10 @@ typedef struct ties_state {
     td_act_tie *log;
     int n_log, cap_log;
     const char *site;
+    int n_named; /* log entries already named after the tap that followed them */
 } ties_state;
 static ties_state g_ties;
+static pthread_mutex_t g_ties_lock = PTHREAD_MUTEX_INITIALIZER; // the log, when workers round (td_act_tie_f16_*)
 
 void td_act_ties_begin(const td_act_tie *flips, int n_flips, double tau) {
     free(g_ties.log);
@@ -95,6 +98,14 @@ void td_act_ties_site(const char *weight) {
     if (g_ties.on) g_ties.site = weight;
 }
 
+void td_act_ties_tap(int layer, const char *name) {
+    if (!g_ties.on) return;
+    char full[40];
+    if (layer >= 0) snprintf(full, sizeof full, "blk.%d.%s", layer, name);
+    else snprintf(full, sizeof full, "%s", name);
+    for (; g_ties.n_named < g_ties.n_log; g_ties.n_named++) memcpy(g_ties.log[g_ties.n_named].tap, full, sizeof full);
+}
+
 static void ties_call(void) {
     if (g_ties.on) g_ties.call++;
 }
@@ -102,21 +113,62 @@ static void ties_call(void) {
 /* Logs v (a scaled value whose tie is at v - floor(v) = 0.5) when it lies
  * within tau of the tie, with `alt`, the result on the tie's other side;
  * returns 1 with *pick when (step, call, elem) is pinned. */
-static int tie_pinned(double v, int64_t elem, double alt, double *pick) {
-    if (!g_ties.on || fabs(v - floor(v) - 0.5) >= g_ties.tau) return 0;
-    const td_act_tie me = {.step = g_ties.step, .call = g_ties.call, .elem = elem, .v = v, .pick = alt};
+static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, double *pick, int f16) {
+    if (!g_ties.on || fabs(v - floor(v) - 0.5) >= (f16 ? TD_ACT_TIES_F16_TAU : g_ties.tau)) return 0;
+    const td_act_tie me = {.step = g_ties.step, .call = call, .elem = elem, .v = v, .pick = alt, .f16 = f16};
     int pinned = 0;
     for (int i = 0; i < g_ties.n_flips && !pinned; i++) {
         const td_act_tie *t = &g_ties.flips[i];
-        if ((pinned = t->step == me.step && t->call == me.call && t->elem == me.elem)) *pick = t->pick;
+        if ((pinned = t->step == me.step && t->call == me.call && t->elem == me.elem && t->f16 == f16)) *pick = t->pick;
     }
+    pthread_mutex_lock(&g_ties_lock);
     if (g_ties.n_log == g_ties.cap_log) {
         g_ties.cap_log = g_ties.cap_log ? 2 * g_ties.cap_log : 64;
         g_ties.log = td_xrealloc(g_ties.log, (size_t)g_ties.cap_log * sizeof *g_ties.log);
     }
     g_ties.log[g_ties.n_log] = me;
     snprintf(g_ties.log[g_ties.n_log++].site, sizeof me.site, "%s", g_ties.site ? g_ties.site : "");
+    pthread_mutex_unlock(&g_ties_lock);
     return pinned;
+}
+
+static int tie_pinned(double v, int64_t elem, double alt, double *pick) {
+    return tie_pinned_kind(g_ties.call, v, elem, alt, pick, 0);
+}
+
+/* x rounded to f16 (through its f32 value y, what a device holds), or its
+ * pin; v = x's distance above the lower in magnitude of its two f16
+ * neighbours, in f16 ulps (0.5: the midpoint). */
+static double tie_f16_at(int64_t call, double x, float y, int64_t elem) {
+    const uint16_t h = td_f32_to_f16(y);
+    const double q = td_f16_to_f32(h), ax = fabs(x), aq = fabs(q);
+    if (!isfinite(q) || !isfinite(x) || ax == aq) return q;
+    // sign-magnitude bits: one step down the bits is one step toward zero
+    const uint16_t h2 = ax < aq ? (uint16_t)(h - 1) : (uint16_t)(h + 1);
+    if ((h2 & 0x7fff) >= 0x7c00) return q; // past the largest finite f16
+    const double q2 = td_f16_to_f32(h2), lo = fmin(aq, fabs(q2)), ulp = fabs(q2 - q);
+    double pick = q;
+    tie_pinned_kind(call, (ax - lo) / ulp, elem, q2, &pick, 1);
+    return pick;
+}
+
+static double tie_f16(double x, float y, int64_t elem) {
+    return tie_f16_at(g_ties.call, x, y, elem);
+}
+
+int64_t td_act_ties_reserve(void) {
+    if (!g_ties.on) return -1;
+    return ++g_ties.call;
+}
+
+float td_act_tie_f16_f32(int64_t call, int64_t elem, float x) {
+    if (call < 0 || !g_ties.on) return td_f16_to_f32(td_f32_to_f16(x));
+    return (float)tie_f16_at(call, x, x, elem);
+}
+
+double td_act_tie_f16_f64(int64_t call, int64_t elem, double x) {
+    if (call < 0 || !g_ties.on) return td_f16_to_f32(td_f32_to_f16((float)x));
+    return tie_f16_at(call, x, (float)x, elem);
 }
 
 /* The code of scaled value v rounded as `q` (ties to even), or its pin. */
@@ -183,6 +235,14 @@ static void round_q8_k_block(float *out, const float *x, int64_t elem0) {
     }
 }
 
+void td_f16_round_f32(float *out, const float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+}
+
+void td_f16_round_f64(double *out, const double *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16((float)x[i]));
+}
+
 void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt) {
     TD_ASSERT(n % td_act_block(fmt) == 0);
     switch (fmt) {
@@ -190,7 +250,12 @@ void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt) {
         if (out != x) memmove(out, x, (size_t)n * sizeof *out);
         return;
     case TD_ACT_F16:
-        for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+        if (g_ties.on) {
+            ties_call();
+            for (int64_t i = 0; i < n; i++) out[i] = (float)tie_f16(x[i], x[i], i);
+            return;
+        }
+        td_f16_round_f32(out, x, n);
         return;
     case TD_ACT_BF16:
         for (int64_t i = 0; i < n; i++) out[i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
@@ -251,7 +316,12 @@ void td_act_round_f64(double *out, const double *x, int64_t n, td_act_fmt fmt) {
         if (out != x) memmove(out, x, (size_t)n * sizeof *out);
         return;
     case TD_ACT_F16:
-        for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16((float)x[i]));
+        if (g_ties.on) {
+            ties_call();
+            for (int64_t i = 0; i < n; i++) out[i] = tie_f16(x[i], (float)x[i], i);
+            return;
+        }
+        td_f16_round_f64(out, x, n);
         return;
     case TD_ACT_BF16:
         for (int64_t i = 0; i < n; i++) out[i] = td_bf16_to_f32(td_f32_to_bf16((float)x[i]));

@@ -150,7 +150,18 @@ typedef struct td_act_tie {
     double v;    /* the scaled value: its distance to the half-integer says how near */
     double pick; /* in a log: the other side's result; in a pin list: the result to take */
     char site[48]; /* in a log: the weight the rounded row multiplies ("" when not named) */
+    int f16;     /* 1: an f16 operand rounding (v: ulps above the lower f16 neighbour) */
+    char tap[40]; /* the first tap the forward emitted after this rounding ("" = none yet) */
 } td_act_tie;
+
+/* f16 operand roundings (td_act_round_* with TD_ACT_F16: attn-f16's Q and
+ * K/V rows, mm-f16's activations, kv-f16/fa-f16 cache stores) take part too:
+ * a value within TD_ACT_TIES_F16_TAU f16 ulps of the midpoint of its two f16
+ * neighbours is logged and can be pinned to the other one. The window is
+ * wider than the codes' because these values come out of whole matmuls,
+ * norms and RoPE: an honest f32 arm differs from the f64 oracle there by a
+ * few f32 ulps, 2^-13 f16 ulps each. */
+#define TD_ACT_TIES_F16_TAU (1.0 / 256)
 
 /* Opens a session: logs every code (or Q8_0 f16 scale) within tau (code
  * units, f16 ulps) of a tie, and gives the n_flips pinned ones their pick
@@ -165,6 +176,26 @@ void td_act_ties_end(td_act_tie **log, int *n);
 /* Names the weight the rows rounded next are multiplied with (borrowed
  * until the next call; no-op outside a session): a log entry's site. */
 void td_act_ties_site(const char *weight);
+
+/* The forward emitted tap `name` (layer >= 0: blk.<layer>.<name>): the
+ * near-ties logged since the previous tap are named after it (no-op outside
+ * a session). */
+void td_act_ties_tap(int layer, const char *name);
+
+/* Roundings made on worker threads (the attention's f16 probabilities):
+ * td_act_ties_reserve() names them one call of the forward (-1 outside a
+ * session; the caller reserves it before it starts the workers), and
+ * td_act_tie_f16_*(call, elem, x) rounds one value to f16 with the session's
+ * log and pins, from any thread (call -1: plain rounding). */
+int64_t td_act_ties_reserve(void);
+float td_act_tie_f16_f32(int64_t call, int64_t elem, float x);
+double td_act_tie_f16_f64(int64_t call, int64_t elem, double x);
+
+/* x (n) rounded to f16 and back, never logged or pinned: roundings that are
+ * exact functions of values the arm and the oracle already share (f16
+ * weights, f16 sums of f16 products), or that run on worker threads. */
+void td_f16_round_f32(float *out, const float *x, int64_t n);
+void td_f16_round_f64(double *out, const double *x, int64_t n);
 
 #ifdef __cplusplus
 }

@@ -10,7 +10,9 @@
 #
 # Environment: FIXTURES (comma-separated; default every fixture whose layers
 # the arm runs), PROMPTS (default "1 8 40"), STEPS (default 16),
-# TD_LLAMACPP_FLASH_ATTN=1 for flash attention. Exit 77 without a Vulkan
+# TD_LLAMACPP_FLASH_ATTN=1 for flash attention, STORIES=1 to add stories260K
+# to a FIXTURES list. "ties" is how many rounding ties the oracle took the
+# arm's side of (harness/ties.h). Exit 77 without a Vulkan
 # device; otherwise 0 (the table is the result: an arm's verdict is in it).
 # Each new weight type compiles its shaders once (minutes on lavapipe).
 set -euo pipefail
@@ -32,9 +34,10 @@ fixtures=${FIXTURES:-$default}
 models=()
 IFS=, read -ra names <<<"$fixtures"
 for f in "${names[@]}"; do models+=("$f=$work/fx/$f.gguf"); done
-[ -z "${FIXTURES:-}" ] && [ -r ../shared/models/stories260K.gguf ] && models+=("stories260K=$PWD/../shared/models/stories260K.gguf")
+{ [ -z "${FIXTURES:-}" ] || [ "${STORIES:-0}" = 1 ]; } && [ -r ../shared/models/stories260K.gguf ] &&
+  models+=("stories260K=$PWD/../shared/models/stories260K.gguf")
 start=$(date +%s)
-printf '%-20s %-4s %-4s %-16s %-11s %-24s %8s %8s %10s %10s\n' model tok arm name verdict first r worst logits/match logits/plain
+printf '%-20s %-4s %-4s %-16s %-11s %-24s %8s %8s %10s %10s %4s\n' model tok arm name verdict first r worst logits/match logits/plain ties
 for mp in "${models[@]}"; do
   name=${mp%%=*} model=${mp#*=}
   for p in ${PROMPTS:-1 8 40}; do
@@ -57,9 +60,10 @@ for arm in ("a", "b"):
     b = j[arm]
     fd = b["compare"].get("first_divergent") or {}
     first = "%s@%s" % (fd["name"], fd["step"]) if fd else "-"
-    print("%-20s %-4s %-4s %-16s %-11s %-24s %8.3g %8.3g %10.3g %10.3g" % (
+    print("%-20s %-4s %-4s %-16s %-11s %-24s %8.3g %8.3g %10.3g %10.3g %4d" % (
         sys.argv[2], sys.argv[3], arm, b["arm"], b["verdict"], first, fd.get("ratio") or 0,
-        b.get("worst_ratio") or 0, b.get("logits_vs_oracle") or 0, b.get("logits_vs_plain_oracle") or 0))
+        b.get("worst_ratio") or 0, b.get("logits_vs_oracle") or 0, b.get("logits_vs_plain_oracle") or 0,
+        b.get("oracle_ties_taken") or 0))
 PY
   done
 done

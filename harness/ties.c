@@ -29,11 +29,11 @@ static int by_nearness(const void *a, const void *b) {
 }
 
 static int same_tie(const td_act_tie *a, const td_act_tie *b) {
-    return a->step == b->step && a->call == b->call && a->elem == b->elem;
+    return a->step == b->step && a->call == b->call && a->elem == b->elem && a->f16 == b->f16;
 }
 
 static int same_value(const td_act_tie *a, const td_act_tie *b) {
-    return a->step == b->step && a->elem == b->elem && a->v == b->v;
+    return a->step == b->step && a->elem == b->elem && a->v == b->v && a->f16 == b->f16;
 }
 
 static double first_ratio(const td_cmp_result *r) { return td_cmp_tap_at(r, r->first)->ratio; }
@@ -50,19 +50,28 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     int n_log = 0, rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
     while (rc == TD_OK && (*r)->verdict != TD_OK && rep->n_flips < TD_TIES_MAX) {
-        const int64_t step = td_cmp_tap_at(*r, (*r)->first)->step;
+        const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
+        const int64_t step = first->step;
         // candidates: this step's near-ties not taken yet, nearest first; a value
         // rounded again for another matmul (the same row feeds the router and
         // the experts) is the same tie, so its copies (same element, same value)
-        // form one candidate: the arm rounds equal inputs alike
+        // form one candidate: the arm rounds equal inputs alike. Activation codes
+        // and scales first (few per step); then f16 operand roundings (hundreds
+        // per step): those made right before the divergent tap first, then any
+        // of this step or an earlier one (a flip in the prefill's cache rows or
+        // attention output that stayed under the budget there reaches later
+        // taps, and decode steps, where the budget is f32 rounding only)
         qsort(log, (size_t)n_log, sizeof *log, by_nearness);
-        int group[TD_TIES_CANDIDATES], n_cand = 0; // index in log of each candidate's first member
-        for (int i = 0; i < n_log && n_cand < TD_TIES_CANDIDATES; i++) {
-            int taken = log[i].step != step;
-            for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
-            for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
-            if (!taken) group[n_cand++] = i;
-        }
+        int group[TD_TIES_CANDIDATES + 2 * TD_TIES_F16_CANDIDATES], n_cand = 0; // index in log of each candidate's first member
+        for (int pass = 0, lim = TD_TIES_CANDIDATES; pass < 3; pass++, lim += TD_TIES_F16_CANDIDATES)
+            for (int i = 0; i < n_log && n_cand < lim; i++) {
+                int taken = pass == 0   ? log[i].step != step || log[i].f16
+                            : pass == 1 ? log[i].step != step || !log[i].f16 || strcmp(log[i].tap, first->name)
+                                        : log[i].step > step || !log[i].f16;
+                for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
+                for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
+                if (!taken) group[n_cand++] = i;
+            }
         int kept = 0;
         for (int c = 0; c < n_cand && !kept && rc == TD_OK; c++) {
             int n_try = rep->n_flips;
@@ -121,7 +130,13 @@ void td_ties_describe(const td_ties_report *rep, char *buf, size_t n) {
     if (n) buf[0] = '\0';
     for (int i = 0; i < rep->n_flips && w < n;) {
         const td_act_tie *t = &rep->flips[i];
-        int k = t->elem >= 0 ? snprintf(buf + w, n - w, "%sstep %lld: activation code x/d = %.9g (element %lld) in row(s)",
+        // the attention's probabilities are named (query-head pair << 32) + cache position
+        int k = t->f16 && t->elem >> 32
+                    ? snprintf(buf + w, n - w, "%sstep %lld: f16 probability %.9g ulps above the lower f16 (token-head pair %lld, position %lld, before %s) in call(s)",
+                               i ? "; " : "", (long long)t->step, t->v, (long long)(t->elem >> 32), (long long)(t->elem & 0xffffffff), t->tap)
+              : t->f16 ? snprintf(buf + w, n - w, "%sstep %lld: f16 operand %.9g ulps above the lower f16 (element %lld, before %s) in call(s)",
+                                  i ? "; " : "", (long long)t->step, t->v, (long long)t->elem, t->tap)
+              : t->elem >= 0 ? snprintf(buf + w, n - w, "%sstep %lld: activation code x/d = %.9g (element %lld) in row(s)",
                                         i ? "; " : "", (long long)t->step, t->v, (long long)t->elem)
                              : snprintf(buf + w, n - w, "%sstep %lld: f16 block scale %.9g ulps above the lower f16 (block %lld) in row(s)",
                                         i ? "; " : "", (long long)t->step, t->v, (long long)(-1 - t->elem));

@@ -11,7 +11,15 @@
  * comparison first diverges, and keeps a flip only when the first divergent
  * tap moves later (or the comparison becomes conformant). A bug in the arm
  * cannot hide behind it: a flip moves one tap by a discrete, fixed pattern,
- * and it is kept only when that pattern is what the arm shows there. */
+ * and it is kept only when that pattern is what the arm shows there.
+ *
+ * A GPU arm's f16 operands (attn-f16, mm-f16, kv-f16, fa-f16) have the same
+ * kind of tie: a value within a few f32 ulps of the midpoint of two f16
+ * neighbours, which the arm's f32 value and the oracle's f64 value round to
+ * different sides of, one f16 ulp apart. Those take part too
+ * (profile.h TD_ACT_TIES_F16_TAU), after the codes and scales: first the ones
+ * rounded right before the divergent tap, then any of that step or an
+ * earlier one, nearest first. */
 #ifndef TD_TIES_H
 #define TD_TIES_H
 
@@ -27,6 +35,7 @@
  * TD_TIES_NEAR_MAX of a run. */
 #define TD_TIES_NOTE_TAU (1.0 / 16384)
 #define TD_TIES_NEAR_MAX 64
+#define TD_TIES_F16_CANDIDATES 8 /* f16 operand near-ties tried per divergent step (profile.h TD_ACT_TIES_F16_TAU) */
 
 typedef struct td_ties_report {
     int n_flips;

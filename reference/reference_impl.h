@@ -40,8 +40,12 @@
 /* The profile's rounding formulas in this precision (backends/profile.h). */
 #ifdef REAL_IS_FLOAT
 #define ACT_ROUND td_act_round_f32
+#define F16_ROUND td_f16_round_f32
+#define TIE_F16 td_act_tie_f16_f32
 #else
 #define ACT_ROUND td_act_round_f64
+#define F16_ROUND td_f16_round_f64
+#define TIE_F16 td_act_tie_f16_f64
 #endif
 /* FN(rmsnorm) -> td_ref_rmsnorm_f64 / td_ref_rmsnorm_f32 */
 #define FN(name) REF_CAT(td_ref_##name, REAL_SUFFIX)
@@ -65,9 +69,9 @@ static real dot(const real *a, const real *b, int64_t n) {
  * so both arms round the same sums the same way. */
 static inline double mul_add_f16(double a, double b, double acc) {
     double p = a * b;
-    td_act_round_f64(&p, &p, 1, TD_ACT_F16);
+    td_f16_round_f64(&p, &p, 1);
     double s = p + acc;
-    td_act_round_f64(&s, &s, 1, TD_ACT_F16);
+    td_f16_round_f64(&s, &s, 1);
     return s;
 }
 
@@ -172,7 +176,7 @@ void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_
  * to ref32's error, an f16 accumulator is 21x further). */
 static void attention_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
                             int64_t H, int64_t Hkv, int64_t D, int64_t i0, int64_t i1, int probs16,
-                            const int32_t *sel, int64_t sel_w) {
+                            const int32_t *sel, int64_t sel_w, int64_t tie_call) {
     // out, q: (T, H*D); k, v: (n_kv, Hkv*D), row s = position s; att: (pos[t]+1)
     // sel (T, sel_w): when given, token t attends only to its listed positions
     // (ascending, -1 pads: a QSA selection), summed in that order
@@ -188,7 +192,10 @@ static void attention_range(real *out, const real *q, const real *k, const real 
         const real *qh = q + (t * H + h) * D;
         for (int64_t s = 0; s < n; s++) att[s] = scale * dot(qh, k + (ATT_POS(s) * Hkv + g) * D, D);
         FN(softmax)(att, att, n);
-        if (probs16) ACT_ROUND(att, att, n, TD_ACT_F16);
+        if (probs16 && tie_call >= 0) // a ties session: probability s of pair i is element (i, s)
+            for (int64_t s = 0; s < n; s++) att[s] = TIE_F16(tie_call, i * ((int64_t)1 << 32) + s, att[s]);
+        else if (probs16)
+            F16_ROUND(att, att, n);
         real *oh = out + (t * H + h) * D;
         for (int64_t d = 0; d < D; d++) oh[d] = 0;
         for (int64_t s = 0; s < n; s++) {
@@ -201,7 +208,7 @@ static void attention_range(real *out, const real *q, const real *k, const real 
 
 void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
                    int64_t T, int64_t H, int64_t Hkv, int64_t D) {
-    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0, NULL, 0);
+    attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0, NULL, 0, -1);
 }
 
 void FN(moe_route)(int32_t *topk, real *weights, const real *probs, int64_t X, int64_t K) {
@@ -480,7 +487,7 @@ static void mm_worker(void *ctx, int w, int nw) {
             j->rc[w] = rc;
             return;
         }
-        if (j->mm16) ACT_ROUND(row, row, n_in, TD_ACT_F16);
+        if (j->mm16) F16_ROUND(row, row, n_in);
         for (int64_t t = 0; t < T; t++) {
             real s = j->acc16 ? FN(dot_acc16)(row, j->in + t * n_in, n_in, 2) : dot(row, j->in + t * n_in, n_in);
             if (j->bias) s += j->bias[o];
@@ -556,6 +563,7 @@ static int rmsnorm_rows(ref_backend *r, real *out, const real *x, const td_tenso
 
 static void tap2(td_tap_sink *s, int layer, const char *name, const real *data, int64_t d0, int64_t d1) {
     const int64_t shape[2] = {d0, d1};
+    td_act_ties_tap(layer, name); // names the rounding ties before it (profile.h)
     TD_TAP(s, layer, name, REAL_DTYPE, data, 2, shape);
 }
 
@@ -573,6 +581,7 @@ typedef struct att_job {
     int probs16;
     const int32_t *sel; // (T, sel_w) QSA selections, NULL = causal
     int64_t sel_w;
+    int64_t tie_call; // the probabilities' call in a ties session (profile.h), -1 = none
 } att_job;
 
 /* Worker w takes the (token, head) pairs [w*T*H/n, (w+1)*T*H/n) with its
@@ -581,7 +590,7 @@ static void att_worker(void *ctx, int w, int nw) {
     const att_job *j = ctx;
     const int64_t n = j->T * j->H;
     attention_range(j->out, j->q, j->k, j->v, j->r->a.pos, j->r->att + (int64_t)w * j->r->kv_cap, j->H, j->Hkv,
-                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->sel, j->sel_w);
+                    j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->sel, j->sel_w, j->tie_call);
 }
 
 /* QSA selection of the query at p in RANK order (the qsa_sel tap): the
@@ -773,11 +782,12 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = r->k16, .v = r->v16, .T = T, .H = H, .Hkv = Hkv,
-                     .D = D, .probs16 = 1, .sel = sel, .sel_w = sel_w};
+                     .D = D, .probs16 = 1, .sel = sel, .sel_w = sel_w,
+                     .tie_call = td_act_ties_reserve()};
         td_ref_pool_run(r->pool, att_worker, &j);
     } else {
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = kc, .v = vc, .T = T, .H = H, .Hkv = Hkv, .D = D,
-                     .sel = sel, .sel_w = sel_w};
+                     .sel = sel, .sel_w = sel_w, .tie_call = -1};
         td_ref_pool_run(r->pool, att_worker, &j);
     }
     tap2(sink, l, "attn_ctx", a->ctx, T, H * D);

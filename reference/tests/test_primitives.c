@@ -432,6 +432,52 @@ Test(act_q8, tie_session_logs_near_ties_and_pins_them) {
     cr_assert_eq(yf[2], 41.0f, "session closed: %.9g", yf[2]);
 }
 
+/* f16 operand roundings take part in a session (profile.h
+ * TD_ACT_TIES_F16_TAU): 1 + 2^-11 (1 - 2^-9) lies 0.499 f16 ulps above 1,
+ * near the midpoint of 1 and 1 + 2^-10, and rounds to 1; logged with the
+ * other neighbour and the tap that follows it, pinned there in f64 and f32;
+ * -(1 + 2^-11 (1 + 2^-9)) likewise from below in magnitude; 1.25 + 2^-12
+ * (0.25 ulps off) is no tie. td_f16_round_* never take part. */
+Test(act_q8, tie_session_logs_and_pins_f16_operands) {
+    const double x[3] = {1 + 0x1p-11 * (1 - 0x1p-9), -(1 + 0x1p-11 * (1 + 0x1p-9)), 1.25 + 0x1p-12};
+    double y[3];
+    float xf[3], yf[3];
+    for (int j = 0; j < 3; j++) xf[j] = (float)x[j];
+    td_act_tie *log = NULL;
+    int n = 0;
+    td_act_ties_begin(NULL, 0, 1.0 / 1024);
+    td_act_ties_forward();
+    td_f16_round_f64(y, x, 3); // not a rounding point of the profile: never logged
+    td_act_round_f64(y, x, 3, TD_ACT_F16);
+    td_act_ties_tap(0, "attn_ctx");
+    td_act_ties_end(&log, &n);
+    cr_assert_eq(y[0], 1.0, "unpinned: %.17g", y[0]);
+    cr_assert_eq(y[1], -(1 + 0x1p-10), "unpinned: %.17g", y[1]);
+    cr_assert_eq(n, 2, "f16 near-ties logged: %d", n);
+    cr_assert(log[0].f16 && log[0].call == 0 && log[0].elem == 0 && log[0].pick == 1 + 0x1p-10 &&
+                  fabs(log[0].v - (0.5 - 0x1p-10)) < 1e-12 && !strcmp(log[0].tap, "blk.0.attn_ctx"),
+              "f16 tie 0: f16 %d call %lld elem %lld v %.9g pick %.17g tap %s", log[0].f16, (long long)log[0].call,
+              (long long)log[0].elem, log[0].v, log[0].pick, log[0].tap);
+    cr_assert(log[1].f16 && log[1].elem == 1 && log[1].pick == -1.0 && fabs(log[1].v - (0.5 + 0x1p-10)) < 1e-12,
+              "f16 tie 1: elem %lld v %.9g pick %.17g", (long long)log[1].elem, log[1].v, log[1].pick);
+
+    td_act_ties_begin(log, 1, 1.0 / 1024); // pin the first only
+    td_act_ties_forward();
+    td_act_round_f64(y, x, 3, TD_ACT_F16);
+    td_act_ties_end(NULL, NULL);
+    cr_assert_eq(y[0], 1 + 0x1p-10, "pinned f16 operand: %.17g", y[0]);
+    cr_assert_eq(y[1], -(1 + 0x1p-10), "not pinned: %.17g", y[1]);
+    cr_assert_eq(y[2], 1.25, "no tie: %.17g", y[2]);
+    td_act_ties_begin(log, 1, 1.0 / 1024);
+    td_act_ties_forward();
+    td_act_round_f32(yf, xf, 3, TD_ACT_F16);
+    td_act_ties_end(NULL, NULL);
+    cr_assert_eq(yf[0], 1 + 0x1p-10f, "pinned f16 operand in f32: %.9g", yf[0]);
+    free(log);
+    td_act_round_f32(yf, xf, 3, TD_ACT_F16);
+    cr_assert_eq(yf[0], 1.0f, "session closed: %.9g", yf[0]);
+}
+
 /* F16 / BF16: round to nearest, ties to even. 1 + 2^-11 is half an f16 ulp
  * above 1 -> 1; 1 + 3*2^-11 -> 1 + 2^-9 (the even neighbour); bf16 has 8
  * significant bits: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6. */

@@ -225,6 +225,25 @@ Test(vulkan, flash_attention_declared_and_close, .init = setup, .fini = teardown
     free(out);
 }
 
+/* An f16 rounding tie (profile.h TD_ACT_TIES_F16_TAU): qwen3moe-ties puts
+ * V[0] channel 0 of layer 0 a hair from the midpoint of two f16 values; in an
+ * 8-token prefill (attn-f16) the arm's f32 value and the f64 oracle's round
+ * to different neighbours, one f16 step that both query heads sharing that
+ * KV head see (blk.0.attn_ctx r ~46 against the matched oracle). The oracle
+ * takes the arm's side of that tie (and the control the same), and the arm
+ * is conformant; the JSON says how many ties the oracle took. */
+Test(vulkan, f16_operand_tie_taken_and_conformant, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3moe-ties");
+    char *out = NULL, v[64];
+    int rc = bisect3(model, "1,2,3,4,5,6,7,8", "2", &out);
+    cr_assert_eq(rc, 0, "three-arm bisect on qwen3moe-ties, 8 tokens: exit %d\n%.600s", rc, out);
+    const char *bj = arm_b(out);
+    cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
+    cr_assert_geq(atoi(field(bj, "\"oracle_ties_taken\"", v, sizeof v)), 1, "no tie taken: %s", v);
+    free(out);
+}
+
 /* The error of tap `tap` at step 0 of candidate `cand` against `oracle`
  * (compare --json's per-tap record); -1 when it is not there. */
 static double tap_err(const char *oracle, const char *cand, const char *tap) {
