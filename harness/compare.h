@@ -346,6 +346,9 @@ double td_cmp_floor(td_dtype dt);
 /* Spacing of dt's representable numbers at |x| (subnormal spacing below the
  * smallest normal); for f64/f32/f16/bf16 only, 0 for integer dtypes. */
 double td_cmp_ulp(double x, td_dtype dt);
+/* The ULP histogram's bin of an error of d ULPs (d >= 0 or NaN): round(d)
+ * below 1023.5, else 1024 + floor(4 log2(d / 1024)) clamped to 1024..9823. */
+int td_cmp_ulp_bin(double d);
 /* Filter match: comma-separated fnmatch(3) globs, blanks around an item and
  * empty items ignored; NULL/"" or only empty items match everything. */
 int td_cmp_filter_match(const char *filter, const char *name);

@@ -39,6 +39,15 @@ int td_selfcheck_file(const char *path, td_selfcheck_report *rep, td_err *err) {
     td_tapfile *f = NULL;
     int rc = td_tapfile_open(&f, path, err);
     if (rc) return rc;
+    rc = td_selfcheck_tapfile(f, rep, err);
+    td_tapfile_close(f);
+    return rc;
+}
+
+int td_selfcheck_tapfile(const td_tapfile *f, td_selfcheck_report *rep, td_err *err) {
+    report_init(rep);
+    const char *path = td_tapfile_path(f);
+    int rc = TD_OK;
     char *decode = NULL;
     td_err ignore;
     if (td_tapfile_attr_str(f, "decode", &decode, &ignore)) decode = NULL;
@@ -199,7 +208,6 @@ int td_selfcheck_file(const char *path, td_selfcheck_report *rep, td_err *err) {
 
 out:
     free(decode), free(tokens), free(hist), free(tail), free(row);
-    td_tapfile_close(f);
     if (rc) report_init(rep);
     return rc;
 }

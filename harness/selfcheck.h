@@ -22,6 +22,7 @@
 #include <stdint.h>
 
 #include "runner.h"
+#include "tapfile.h"
 #include "td_common.h"
 
 #ifdef __cplusplus
@@ -66,6 +67,9 @@ typedef struct td_selfcheck_report {
  * Streams: one step's inp.tokens, one out.logits row and one hist.tokens at a
  * time. */
 int td_selfcheck_file(const char *path, td_selfcheck_report *rep, td_err *err);
+/* The same on a tap file the caller has open (compare checks its arms
+ * without opening, and so checking, each file a second time). */
+int td_selfcheck_tapfile(const td_tapfile *f, td_selfcheck_report *rep, td_err *err);
 
 /* The in-memory variant for a run without a tap file: in greedy mode, the
  * token fed to each decode step must be the previous forward's argmax

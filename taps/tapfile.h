@@ -112,7 +112,8 @@ typedef struct td_tap_info {
 #define TD_TAPFILE_MAX_TAPS (1 << 20)
 
 /* Opens read-only. Before the file is trusted, a child process reads all of
- * it (td_tapfile_check: every attribute, every dataset) so that a file that
+ * it (td_tapfile_check: every attribute, every dataset not stored plainly
+ * contiguous) so that a file that
  * makes the HDF5 library itself crash or loop (a corrupt length inside its
  * metadata) is reported as TD_EINPUT ("reading it crashed the HDF5 library")
  * instead of taking the caller down; TD_TAPFILE_INPROCESS=1 in the
@@ -128,7 +129,9 @@ void td_tapfile_close(td_tapfile *f); /* NULL is fine */
 /* Validates the whole file in this process: every step's attributes (counts
  * in range; pos0 strictly increasing from step to step;
  * seq strictly increasing across the file), every tap's attributes and
- * storage, and reads every dataset. TD_EINPUT with the first defect. */
+ * storage, and reads every dataset but those stored contiguous inside the
+ * file with exactly their shape's bytes (their reading cannot take the
+ * library outside that range). TD_EINPUT with the first defect. */
 int td_tapfile_check(const td_tapfile *f, td_err *err);
 
 const char *td_tapfile_path(const td_tapfile *f);

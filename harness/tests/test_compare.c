@@ -125,6 +125,48 @@ Test(compare, ulp_spacing_and_floors) {
     cr_assert_eq(td_cmp_floor(TD_DT_F64), 1e-13);
 }
 
+/* td_cmp_ulp and td_cmp_ulp_bin take bits and comparisons where the
+ * definitions take frexp/ldexp and log2: the same numbers on values spread
+ * over every binade, on the bins' boundaries and next to them. */
+static double ulp_by_frexp(double x, int p, int emin) {
+    double ax = fabs(x);
+    if (!(ax >= ldexp(1.0, emin))) return ldexp(1.0, emin - (p - 1));
+    int e = 0;
+    frexp(ax, &e);
+    return ldexp(1.0, e - p);
+}
+
+static int bin_by_log2(double d) {
+    if (d < 1023.5) return (int)(d + 0.5);
+    double q = floor(4.0 * log2(d / 1024));
+    return 1024 + (q < 0 ? 0 : q > 8799 ? 8799 : (int)q);
+}
+
+Test(compare, ulp_and_its_bin_equal_their_libm_definitions) {
+    static const struct { td_dtype dt; int p, emin; } t[] = {
+        {TD_DT_F64, 53, -1022}, {TD_DT_F32, 24, -126}, {TD_DT_F16, 11, -14}, {TD_DT_BF16, 8, -126}};
+    uint64_t s = 0x9E3779B97F4A7C15u;
+    for (int i = 0; i < 400000; i++) {
+        s ^= s << 13, s ^= s >> 7, s ^= s << 17;
+        double x;
+        uint64_t bits = s & ~((uint64_t)0x7FF << 52);
+        bits |= (uint64_t)(1 + (s >> 40) % 2046) << 52; // any finite normal
+        memcpy(&x, &bits, sizeof x);
+        for (int k = 0; k < 4; k++)
+            cr_assert_eq(td_cmp_ulp(x, t[k].dt), ulp_by_frexp(x, t[k].p, t[k].emin), "x %a dtype %d", x, k);
+        double d = ldexp(1.0 + (double)(s >> 12) / 4503599627370496.0, (int)(s % 40) - 2);
+        cr_assert_eq(td_cmp_ulp_bin(d), bin_by_log2(d), "d %a", d);
+    }
+    for (int q = -8; q < 4 * 2200 + 8; q++) {
+        double b = 1024 * exp2(q / 4.0);
+        double near[5] = {b, nextafter(b, 0), nextafter(b, INFINITY), b * (1 + 1e-12), b * (1 - 1e-12)};
+        for (int j = 0; j < 5; j++)
+            cr_assert_eq(td_cmp_ulp_bin(near[j]), bin_by_log2(near[j]), "d %a", near[j]);
+    }
+    cr_assert_eq(td_cmp_ulp_bin(INFINITY), bin_by_log2(INFINITY));
+    cr_assert_eq(td_cmp_ulp(INFINITY, TD_DT_F32), ulp_by_frexp(INFINITY, 24, -126));
+}
+
 Test(compare, zero_reference_is_defined) {
     double z[4] = {0, 0, 0, 0}, nz[4] = {0, 1e-3, 0, 0};
     write_one(P("a.h5"), TD_DT_F64, z, 1, 4, "ref");
