@@ -7,24 +7,51 @@
 #include <stdlib.h>
 #include <string.h>
 
-#define ALL_ARCHS "llama,qwen3,qwen3moe,qwen3next"
-#define ATTN_ARCHS "llama,qwen3,qwen3moe,qwen3next" /* qwen3next: in its attention layers only */
-#define QWEN_ARCHS "qwen3,qwen3moe,qwen3next"
+#define ALL_ARCHS "llama,qwen3,qwen3moe,qwen3next,qwen4exp"
+#define ATTN_ARCHS "llama,qwen3,qwen3moe,qwen3next,qwen4exp" /* hybrids: in their attention layers only */
+#define QWEN_ARCHS "qwen3,qwen3moe,qwen3next,qwen4exp"
 #define DENSE_ARCHS "llama,qwen3"
-#define MOE_ARCHS "qwen3moe,qwen3next"
-#define HYBRID_ARCHS "qwen3next"
+#define MOE_ARCHS "qwen3moe,qwen3next,qwen4exp"
+#define HYBRID_ARCHS "qwen3next,qwen4exp"
+#define HC_ARCHS "qwen4exp" /* hyper-connections: hc residual streams */
 
 /* Letters: T tokens in the step, E embedding, H query heads, Hkv KV heads,
  * D head dim, F FFN width (per expert for MoE), X experts, K experts used,
  * V vocabulary, W history window (16), n_kv cached positions; Gated DeltaNet:
  * Hk key heads, Hv value heads, dk their head dim, C = 2·Hk·dk + Hv·dk conv
- * channels, S = conv taps − 1 (conv state length). One row per tap;
- * rows of one layer in execution order. */
+ * channels, S = conv taps − 1 (conv state length); hyper-connections
+ * (qwen4exp): hc streams; PLE: Ng n-gram size, Np = (Ng − 1)·hg hash heads,
+ * Kp its conv taps; QSA: Hi indexer heads of di dims, r block size, NB =
+ * floor(n_kv / r) complete blocks, Wq = B + r − 1 selected positions. A
+ * stream stack (T, hc·E; hc = 1 but for qwen4exp) is stream-major: row t holds stream 0's
+ * E values, then stream 1's. One row per tap; rows of one layer in
+ * execution order. */
 static const td_tap_entry catalog[] = {
     {"inp.tokens", TD_TAPC_I32, "T", ALL_ARCHS, "", "token ids this step consumed"},
     {"inp.pos", TD_TAPC_I32, "T", ALL_ARCHS, "", "their positions"},
     {"inp.embd", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "inp.tokens", "embedding rows"},
-    {"blk.L.attn_norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "@prev", "RMSNorm(x)·w before attention"},
+    {"inp.ple_ids", TD_TAPC_I32, "T, Ng", HC_ARCHS, "inp.tokens",
+     "PLE n-gram context per token: its id, then its Ng − 1 predecessors' (the EOS id from the first missing or EOS "
+     "one on)"},
+    {"inp.ple_rows", TD_TAPC_I32, "T, Np", HC_ARCHS, "inp.ple_ids",
+     "PLE table rows hashed from the n-grams, (X_n mod V_h) + O_h in head order (64-bit wrapping products)"},
+    {"inp.ple_embd", TD_TAPC_FLOAT, "T, E", HC_ARCHS, "inp.ple_rows", "the hashed PLE rows concatenated (P)"},
+    {"blk.L.ple_gate", TD_TAPC_FLOAT, "T, hc", HC_ARCHS, "inp.ple_embd, @prev",
+     "PLE gate per stream, σ(sign(s)·√|s|) of the key/query score (the PLE layer only)"},
+    {"blk.L.ple_gated", TD_TAPC_FLOAT, "T, hc·E", HC_ARCHS, "ple_gate, inp.ple_embd",
+     "gated PLE value per stream, g_c·W_value·P (the PLE layer only)"},
+    {"blk.L.ple_conv", TD_TAPC_FLOAT, "T, hc·E", HC_ARCHS, "ple_gated",
+     "silu of the dilated causal conv over RMSNorm(gated value) (the PLE layer only)"},
+    {"blk.L.ple_conv_state", TD_TAPC_FLOAT, "(Kp−1)·Ng, hc·E", HC_ARCHS, "ple_gated",
+     "PLE conv history after the step: the last (Kp−1)·Ng conv inputs, oldest first (the PLE layer only)"},
+    {"blk.L.ple_out", TD_TAPC_FLOAT, "T, hc·E", HC_ARCHS, "ple_gated, ple_conv, @prev",
+     "streams after the PLE block, Rs + gated value + conv (the PLE layer only)"},
+    {"blk.L.hc_attn_gate", TD_TAPC_FLOAT, "T, hc·E", HC_ARCHS, "ple_out|@prev",
+     "attention HC mixer gate γ = W_up·silu(W_down·flat / hc), before its sigmoid"},
+    {"blk.L.hc_attn_inject", TD_TAPC_FLOAT, "T, hc", HC_ARCHS, "ple_out|@prev",
+     "attention HC inject W_inject·flat (the streams add 2σ(inject/hc)·y)"},
+    {"blk.L.attn_norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "@prev",
+     "RMSNorm(x)·w before attention (qwen4exp: the attention HC mixer's output u)"},
     {"blk.L.attn_q", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS, "attn_norm", "query projection"},
     {"blk.L.attn_k", TD_TAPC_FLOAT, "T, Hkv·D", ATTN_ARCHS, "attn_norm", "key projection"},
     {"blk.L.attn_v", TD_TAPC_FLOAT, "T, Hkv·D", ATTN_ARCHS, "attn_norm", "value projection"},
@@ -34,6 +61,17 @@ static const td_tap_entry catalog[] = {
     {"blk.L.attn_k_norm", TD_TAPC_FLOAT, "T, Hkv·D", QWEN_ARCHS, "attn_k", "per-head RMSNorm of K"},
     {"blk.L.attn_q_rope", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS, "attn_q_norm|attn_q", "Q after RoPE"},
     {"blk.L.attn_k_rope", TD_TAPC_FLOAT, "T, Hkv·D", ATTN_ARCHS, "attn_k_norm|attn_k", "K after RoPE"},
+    {"blk.L.qsa_k_raw", TD_TAPC_FLOAT, "T, di", HC_ARCHS, "attn_norm",
+     "QSA indexer key W_ik·u as cached (no norm, no RoPE)"},
+    {"blk.L.qsa_q", TD_TAPC_FLOAT, "T, Hi·di", HC_ARCHS, "attn_norm",
+     "QSA indexer queries after their RMSNorm and IMROPE"},
+    {"blk.L.qsa_kcache", TD_TAPC_FLOAT, "n_kv, di", HC_ARCHS, "qsa_k_raw",
+     "the sequence's indexer key cache after the step, one raw key per cached position"},
+    {"blk.L.qsa_scores", TD_TAPC_FLOAT, "T, NB", HC_ARCHS, "qsa_q, qsa_kcache",
+     "indexer block scores Σ_heads ReLU(q̃·k̃_b) per token; −1 where block b is not complete for that token"},
+    {"blk.L.qsa_sel", TD_TAPC_I32, "T, Wq", HC_ARCHS, "qsa_scores",
+     "QSA selected key positions in rank order: the incomplete tail ascending, then whole blocks by descending "
+     "score (equal scores: lower block first), positions ascending in a block; −1 pads (dense while p < Wq)"},
     {"blk.L.attn_probs", TD_TAPC_FLOAT, "H, T, n_kv", "", "attn_q_rope|attn_q_norm|attn_q, attn_k_rope|attn_k_norm|attn_k",
      "softmax(QKᵀ/√D) (optional, large: llamacpp with TD_LLAMACPP_ALL_NODES=1)"},
     {"blk.L.attn_ctx", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS,
@@ -56,10 +94,14 @@ static const td_tap_entry catalog[] = {
     {"blk.L.ssm_state", TD_TAPC_FLOAT, "Hv, dk, dk", HYBRID_ARCHS, "ssm_q, ssm_k, ssm_v",
      "recurrent state S after the step, [head][value j][key i] (llama.cpp's layout)"},
     {"blk.L.ssm_gated", TD_TAPC_FLOAT, "T, Hv·dk", HYBRID_ARCHS, "ssm_core, ssm_z",
-     "RMSNorm(core; ssm_norm)·silu(z) per value head"},
+     "RMSNorm(core; ssm_norm)·silu(z) per value head (qwen4exp: ·σ(z))"},
     {"blk.L.ssm_out", TD_TAPC_FLOAT, "T, E", HYBRID_ARCHS, "ssm_gated", "GDN output projection"},
-    {"blk.L.ffn_inp", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "attn_out|ssm_out, @prev", "residual after attention"},
-    {"blk.L.ffn_norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_inp", "RMSNorm before the FFN"},
+    {"blk.L.ffn_inp", TD_TAPC_FLOAT, "T, hc·E", ALL_ARCHS, "attn_out|ssm_out, @prev",
+     "residual after attention (hc = 1 but for qwen4exp's hyper-connections: its stream stack)"},
+    {"blk.L.hc_ffn_gate", TD_TAPC_FLOAT, "T, hc·E", HC_ARCHS, "ffn_inp", "FFN HC mixer gate γ, before its sigmoid"},
+    {"blk.L.hc_ffn_inject", TD_TAPC_FLOAT, "T, hc", HC_ARCHS, "ffn_inp", "FFN HC inject W_inject·flat"},
+    {"blk.L.ffn_norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_inp",
+     "RMSNorm before the FFN (qwen4exp: the FFN HC mixer's output)"},
     {"blk.L.ffn_gate", TD_TAPC_FLOAT, "T, F", DENSE_ARCHS, "ffn_norm", "dense FFN gate projection"},
     {"blk.L.ffn_up", TD_TAPC_FLOAT, "T, F", DENSE_ARCHS, "ffn_norm", "dense FFN up projection"},
     {"blk.L.ffn_act", TD_TAPC_FLOAT, "T, F", DENSE_ARCHS, "ffn_gate, ffn_up", "silu(gate)·up"},
@@ -72,8 +114,10 @@ static const td_tap_entry catalog[] = {
     {"blk.L.ffn_shexp_gate", TD_TAPC_FLOAT, "T", HYBRID_ARCHS, "ffn_norm", "shared-expert gate sigmoid(w·x), one per token"},
     {"blk.L.ffn_out", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_act|ffn_norm, moe_weights, ffn_shexp|ffn_norm",
      "FFN or MoE output (+ the gated shared expert)"},
-    {"blk.L.out", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "ffn_out, ffn_inp", "layer output (residual after the FFN)"},
-    {"out.norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "@last_out", "final norm"},
+    {"blk.L.out", TD_TAPC_FLOAT, "T, hc·E", ALL_ARCHS, "ffn_out, ffn_inp",
+     "layer output, the residual after the FFN (hc = 1 but for qwen4exp: its stream stack)"},
+    {"out.hc_gate", TD_TAPC_FLOAT, "T, hc·E", HC_ARCHS, "@last_out", "final HC mixer gate γ, before its sigmoid"},
+    {"out.norm", TD_TAPC_FLOAT, "T, E", ALL_ARCHS, "@last_out", "final norm (qwen4exp: the final HC mixer's output)"},
     {"out.logits", TD_TAPC_FLOAT, "T, V", ALL_ARCHS, "out.norm", "logits"},
     {"hist.tokens", TD_TAPC_I64, "≤W", ALL_ARCHS, "inp.tokens", "the last W token ids consumed, after this step"},
 };
@@ -82,29 +126,39 @@ static const td_tap_entry catalog[] = {
 static const struct {
     const char *name, *kinds;
 } kinds[] = {
-    {"blk.L.attn_q", "attention"},
-    {"blk.L.attn_k", "attention"},
-    {"blk.L.attn_v", "attention"},
-    {"blk.L.attn_gate", "attention"},
-    {"blk.L.attn_q_norm", "attention"},
-    {"blk.L.attn_k_norm", "attention"},
-    {"blk.L.attn_q_rope", "attention"},
-    {"blk.L.attn_k_rope", "attention"},
-    {"blk.L.attn_ctx", "attention"},
-    {"blk.L.attn_gated", "attention"},
-    {"blk.L.attn_out", "attention"},
-    {"blk.L.ssm_qkv", "gdn"},
-    {"blk.L.ssm_z", "gdn"},
-    {"blk.L.ssm_beta", "gdn"},
-    {"blk.L.ssm_gate", "gdn"},
-    {"blk.L.ssm_q", "gdn"},
-    {"blk.L.ssm_k", "gdn"},
-    {"blk.L.ssm_v", "gdn"},
-    {"blk.L.ssm_conv_state", "gdn"},
-    {"blk.L.ssm_core", "gdn"},
-    {"blk.L.ssm_state", "gdn"},
-    {"blk.L.ssm_gated", "gdn"},
-    {"blk.L.ssm_out", "gdn"},
+    {"blk.L.attn_q", "attention,hc_qsa"},
+    {"blk.L.attn_k", "attention,hc_qsa"},
+    {"blk.L.attn_v", "attention,hc_qsa"},
+    {"blk.L.attn_gate", "attention,hc_qsa"},
+    {"blk.L.attn_q_norm", "attention,hc_qsa"},
+    {"blk.L.attn_k_norm", "attention,hc_qsa"},
+    {"blk.L.attn_q_rope", "attention,hc_qsa"},
+    {"blk.L.attn_k_rope", "attention,hc_qsa"},
+    {"blk.L.attn_ctx", "attention,hc_qsa"},
+    {"blk.L.attn_gated", "attention,hc_qsa"},
+    {"blk.L.attn_out", "attention,hc_qsa"},
+    {"blk.L.ssm_qkv", "gdn,hc_gdn"},
+    {"blk.L.ssm_z", "gdn,hc_gdn"},
+    {"blk.L.ssm_beta", "gdn,hc_gdn"},
+    {"blk.L.ssm_gate", "gdn,hc_gdn"},
+    {"blk.L.ssm_q", "gdn,hc_gdn"},
+    {"blk.L.ssm_k", "gdn,hc_gdn"},
+    {"blk.L.ssm_v", "gdn,hc_gdn"},
+    {"blk.L.ssm_conv_state", "gdn,hc_gdn"},
+    {"blk.L.ssm_core", "gdn,hc_gdn"},
+    {"blk.L.ssm_state", "gdn,hc_gdn"},
+    {"blk.L.ssm_gated", "gdn,hc_gdn"},
+    {"blk.L.ssm_out", "gdn,hc_gdn"},
+    {"blk.L.ple_gate", "hc_gdn"},
+    {"blk.L.ple_gated", "hc_gdn"},
+    {"blk.L.ple_conv", "hc_gdn"},
+    {"blk.L.ple_conv_state", "hc_gdn"},
+    {"blk.L.ple_out", "hc_gdn"},
+    {"blk.L.qsa_k_raw", "hc_qsa"},
+    {"blk.L.qsa_q", "hc_qsa"},
+    {"blk.L.qsa_kcache", "hc_qsa"},
+    {"blk.L.qsa_scores", "hc_qsa"},
+    {"blk.L.qsa_sel", "hc_qsa"},
 };
 
 const char *td_tap_catalog_kinds(const td_tap_entry *e) {

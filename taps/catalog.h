@@ -51,7 +51,7 @@ const td_tap_entry *td_tap_catalog_find(const char *full_name, long *layer);
 /* 1 when arch (e.g. "qwen3moe") is in the row's list. */
 int td_tap_catalog_has_arch(const td_tap_entry *e, const char *arch);
 
-/* Hybrid architectures: the td_layer kind ("attention", "gdn") whose layers
+/* Hybrid architectures: the td_layer kinds ("attention", "gdn", "hc_qsa", ...) whose layers
  * emit this per-layer tap, NULL when every layer does. (A side table, so
  * that the rows keep their six fields.) */
 const char *td_tap_catalog_kinds(const td_tap_entry *e);
