@@ -14,6 +14,7 @@
  * A wrong nibble, scale or block order is an error of O(M), far above. */
 #include <criterion/criterion.h>
 #include <math.h>
+#include <sched.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -627,4 +628,67 @@ Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
         }
     }
     if (!compared) cr_skip_test("no packed act-q8 kernel at any level this CPU runs");
+}
+
+/* ------------------------------------------------------------------------ */
+/* The thread pool: every task of every job runs once, within its own job,  */
+/* also when workers wake late (more threads than cores: a worker can miss  */
+/* whole jobs, and the caller must not wait for one that never started)     */
+
+#include <stdatomic.h>
+
+#include "pool.h"
+
+typedef struct pool_case {
+    int job;              // this job's number
+    atomic_int *owner;    // the job number each slot of the table last saw
+    atomic_int count[65]; // runs of each task in this job (one slot past the largest job)
+    atomic_int worker_in; // a worker has started a task of this job
+} pool_case;
+
+static void pool_count_task(void *ctx, int64_t task, int th) {
+    pool_case *c = ctx;
+    // a worker's task is slow and the caller waits (a while) for one to
+    // start, so a caller that returned before its workers finished is seen
+    volatile unsigned spin = 0;
+    if (th) {
+        atomic_store(&c->worker_in, 1);
+        for (int i = 0; i < 20000; i++) spin += (unsigned)i;
+    } else {
+        for (int i = 0; i < 1000 && !atomic_load(&c->worker_in); i++) sched_yield();
+    }
+    atomic_fetch_add(&c->count[task], 1);
+    atomic_store(&c->owner[task], c->job);
+}
+
+Test(cpu_pool, every_task_runs_once_in_its_own_job) {
+    const int threads[] = {2, 5};
+    atomic_int owner[64];
+    for (size_t ti = 0; ti < sizeof threads / sizeof threads[0]; ti++) {
+        td_cpu_pool *p = td_cpu_pool_new(threads[ti]);
+        cr_assert_not_null(p);
+        cr_assert_eq(td_cpu_pool_threads(p), threads[ti]);
+        for (int job = 0; job < 500; job++) {
+            // a fresh context on the stack each job: a task of a finished
+            // job run late would write into a dead frame (ASan) or count twice
+            pool_case c = {.job = job, .owner = owner};
+            const int64_t n = 1 + job % 64;
+            for (int64_t t = 0; t < 65; t++) atomic_init(&c.count[t], 0);
+            for (int64_t t = 0; t < 64; t++) atomic_init(&owner[t], -1);
+            td_cpu_pool_run(p, n, pool_count_task, &c);
+            for (int64_t t = 0; t < 65; t++) {
+                cr_assert_eq(atomic_load(&c.count[t]), t < n, "%d threads, job %d: task %lld of %lld ran %d times",
+                             threads[ti], job, (long long)t, (long long)n, atomic_load(&c.count[t]));
+                cr_assert(t >= n || atomic_load(&owner[t]) == job,
+                          "%d threads, job %d: task %lld finished outside its job", threads[ti], job, (long long)t);
+            }
+            // nothing may touch the job after td_cpu_pool_run returned
+            for (int64_t t = 0; t < 64; t++) atomic_store(&owner[t], -2);
+            if (job % 100 == 0) sched_yield();
+            for (int64_t t = 0; t < 64; t++)
+                cr_assert_eq(atomic_load(&owner[t]), -2, "%d threads, job %d: task %lld ran after its job returned",
+                             threads[ti], job, (long long)t);
+        }
+        td_cpu_pool_free(p);
+    }
 }
