@@ -13,6 +13,7 @@ git rev-parse --git-dir >/dev/null 2>&1 || { echo "ci/layers.sh: not a git check
 tier_of() { # path -> tier, or empty for paths outside the layered folders
   case $1 in
     model/*) echo 0 ;;
+    bench/kernel_rate.c) echo 5 ;; # a standalone benchmark program over the cpu kernels, like the CLI on top
     taps/* | fixtures/* | bench/*) echo 1 ;;
     reference/* | backends/*) echo 2 ;;
     harness/cli/*) echo 5 ;;
