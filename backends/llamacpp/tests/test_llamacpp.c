@@ -1557,7 +1557,7 @@ static int peer_verdict(const char *path, char *msg, size_t n) {
 }
 #endif
 
-Test(llamacpp, qwen4exp_malformed_files_through_the_peer, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 300) {
+Test(llamacpp, qwen4exp_malformed_files_through_the_peer, .init = make_tmpdir, .fini = remove_tmpdir, .timeout = 600) {
     REQUIRE_PEER();
 #ifdef TD_HAVE_LLAMACPP
     const char *exe = getenv("TD_TAPDIFF");
