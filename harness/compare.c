@@ -545,6 +545,16 @@ int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t
     return 1;
 }
 
+double td_cmp_qsa_tie_thr(const double *sa, const double *sb, const double *ca, const double *cb, int64_t nb,
+                          td_dtype dt) {
+    double noise = 0, top = 0;
+    for (int64_t k = 0; k < nb; k++) {
+        if (ca && cb) noise = fmax(noise, fabs(cb[k] - ca[k]));
+        top = fmax(top, fmax(fabs(sa[k]), fabs(sb[k])));
+    }
+    return fmax(4.0 * noise, td_cmp_floor(dt) * top);
+}
+
 /* The block sizes r that fit a qsa_scores tap of this step: every row t has
  * floor((pos_t + 1) / r) complete blocks (scores before its first -1), the
  * step floor(n_kv / r) = nb columns, and r <= W (W = B + r - 1). Writes up
@@ -568,7 +578,8 @@ static int qsa_ratios(const double *sc, int64_t T, int64_t nb, const int64_t *po
  * on A's blk.L.qsa_scores, or on B's: the tie tolerance is the rule MoE
  * near-ties use (harness/audit.h): max(4 x the control pair's deviation at
  * that row, the floor of B's dtype x the cut score); exact without either.
- * Every block size the step's taps allow must explain the row. Counts the
+ * Every block size the step's taps allow must explain the row (the model's,
+ * when the caller gives it: td_cmp_options.qsa_ratio). Counts the
  * explained rows' mismatches in t->n_int_qsa_tie and marks them in row_ok. */
 static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_t *va, const int64_t *vb,
                         unsigned char *row_ok, td_cmp_tap *t, td_err *err) {
@@ -597,18 +608,18 @@ static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_
         if (!st) st = td_tapfile_read_f64(c->cb->f, step, cj->name, cb, (uint64_t)(T * nb), err);
     }
     int64_t cand[64];
-    const int n_cand = st ? 0 : qsa_ratios(xa, T, nb, pos, W, cand);
+    int n_cand = st ? 0 : qsa_ratios(xa, T, nb, pos, W, cand);
+    int layer = -1;
+    if (!st && c->o->qsa_ratio && sscanf(b->name, "blk.%d.", &layer) == 1 && layer >= 0 && layer < 256 &&
+        c->o->qsa_ratio[layer])
+        cand[0] = c->o->qsa_ratio[layer], n_cand = 1; // the caller knows the model's block size
     for (int64_t row = 0; row < T && n_cand > 0; row++) {
         const int64_t *ra = va + row * W, *rb = vb + row * W;
         uint64_t mis = 0;
         for (int64_t j = 0; j < W; j++) mis += ra[j] != rb[j];
         if (!mis) continue;
-        double noise = 0, top = 0;
-        for (int64_t k = 0; k < nb; k++) {
-            if (ca) noise = fmax(noise, fabs(cb[row * nb + k] - ca[row * nb + k]));
-            top = fmax(top, fmax(fabs(xa[row * nb + k]), fabs(xb[row * nb + k])));
-        }
-        const double thr = fmax(4.0 * noise, td_cmp_floor(sb->dtype) * top);
+        const double thr = td_cmp_qsa_tie_thr(xa + row * nb, xb + row * nb, ca ? ca + row * nb : NULL,
+                                              ca ? cb + row * nb : NULL, nb, sb->dtype);
         int ok = 1;
         for (int i = 0; i < n_cand && ok; i++) {
             int64_t k = 0; // this row's complete blocks: before the first -1
