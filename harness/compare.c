@@ -241,6 +241,8 @@ typedef struct ctx {
     int64_t res_n;
     small_growth *sg; // per small tap name: the control's largest growth so far
     int n_sg, cap_sg;
+    small_growth *qs; // per qsa_scores tap: the largest |score| of A so far (in gmax)
+    int n_qs, cap_qs;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -636,6 +638,39 @@ static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_
     return st;
 }
 
+static int is_qsa_scores(const char *name) {
+    const size_t n = strlen(name), k = strlen(".qsa_scores");
+    return n > k && !strcmp(name + n - k, ".qsa_scores");
+}
+
+/* A QSA block score sums the ReLU'd dot products of RMS-normed indexer
+ * queries and block keys (arch-qwen4exp.md §4.5): its rounding error is
+ * relative to the magnitudes it sums, not to the sum, which cancels (a score
+ * of 0.87 where the layer's are ~10 carries ~10x the relative error of
+ * honest f32 arithmetic). Those magnitudes are the layer's score scale (the
+ * vectors' norms are fixed by their RMSNorm up to the weights): the error of
+ * the tap, and the control's, are taken relative to max(||a||, sqrt(n) x S),
+ * S the largest |score| of this tap in A so far (this step included). A
+ * bug that moves a score by a fraction of the layer's scale still shows. */
+static void qsa_scores_scale(ctx *c, td_cmp_tap *t, double amax, uint64_t n, double d2, double a2, int ctrl_data,
+                             double cd2, double cx2) {
+    int i = 0;
+    while (i < c->n_qs && strcmp(c->qs[i].name, t->name)) i++;
+    if (i == c->n_qs) {
+        if (c->n_qs == c->cap_qs) {
+            c->cap_qs = c->cap_qs ? 2 * c->cap_qs : 8;
+            c->qs = td_xrealloc(c->qs, (size_t)c->cap_qs * sizeof *c->qs);
+        }
+        snprintf(c->qs[i].name, sizeof c->qs[i].name, "%s", t->name);
+        c->qs[c->n_qs++].gmax = 0;
+    }
+    if (isfinite(amax) && amax > c->qs[i].gmax) c->qs[i].gmax = amax;
+    const double s2 = (double)n * c->qs[i].gmax * c->qs[i].gmax;
+    if (!(s2 > a2) || !isfinite(t->err)) return;
+    t->err = t->err_finite = sqrt(d2 / s2);
+    if (ctrl_data && s2 > cx2) t->err_ctrl = sqrt(cd2 / s2);
+}
+
 static int is_qsa_sel(const char *name) {
     const size_t n = strlen(name), k = strlen(".qsa_sel");
     return n > k && !strcmp(name + n - k, ".qsa_sel");
@@ -760,7 +795,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     memset(c->ulp_hist, 0, sizeof *c->ulp_hist * (size_t)c->ulp_top);
     c->ulp_top = 0;
 
-    double d2 = 0, a2 = 0, b2 = 0, ab = 0, cd2 = 0, cx2 = 0, cy2 = 0, topk_sum = 0;
+    double d2 = 0, a2 = 0, b2 = 0, ab = 0, cd2 = 0, cx2 = 0, cy2 = 0, topk_sum = 0, amax = 0;
     double row_d2s[TD_CMP_N_WHERE];
     where_reset(t->rows, row_d2s);
     uint64_t n_ulp = 0;
@@ -815,6 +850,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
                 double d = y - x, dd = d * d;
                 d2 += dd;
                 a2 += x * x;
+                if (fabs(x) > amax) amax = fabs(x);
                 b2 += y * y;
                 ab += x * y;
                 rd2 += dd;
@@ -843,6 +879,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     if (!data) return TD_OK;
 
     t->err = t->err_finite = rel_l2(d2, a2, b2);
+    if (is_qsa_scores(b->name)) qsa_scores_scale(c, t, amax, count, d2, a2, ctrl_data, cd2, cx2);
     if (!have_max) t->max_abs = 0;
     t->cosine = a2 > 0 && b2 > 0 ? ab / sqrt(a2 * b2) : (a2 == 0 && b2 == 0 ? 1.0 : 0.0);
     if (nf_total(t->nf_a) || nf_total(t->nf_b)) {
@@ -1587,6 +1624,7 @@ fail:
     free(c.ulp_hist);
     free(c.res_of);
     free(c.sg);
+    free(c.qs);
     if (st) {
         td_cmp_result_free(r);
         return st;
