@@ -460,3 +460,26 @@ int td_profile_mm_f16(const td_profile *p, int64_t T) {
 int td_profile_kv_store_f16(const td_profile *p) {
     return (p->rules & (TD_RULE_KV_F16 | TD_RULE_FA_F16)) != 0;
 }
+
+/* QSA selections taken from an arm (profile.h td_qsa_pins_begin): a list a
+ * forward searches per sparse query; a few hundred at most. */
+static struct {
+    const td_qsa_pin *pins;
+    int n;
+} g_qsa;
+
+void td_qsa_pins_begin(const td_qsa_pin *pins, int n) {
+    g_qsa.pins = pins;
+    g_qsa.n = pins ? n : 0;
+}
+
+void td_qsa_pins_end(void) {
+    g_qsa.pins = NULL;
+    g_qsa.n = 0;
+}
+
+const td_qsa_pin *td_qsa_pin_find(int layer, int64_t pos) {
+    for (int i = 0; i < g_qsa.n; i++)
+        if (g_qsa.pins[i].layer == layer && g_qsa.pins[i].pos == pos) return &g_qsa.pins[i];
+    return NULL;
+}

@@ -197,6 +197,33 @@ double td_act_tie_f16_f64(int64_t call, int64_t elem, double x);
 void td_f16_round_f32(float *out, const float *x, int64_t n);
 void td_f16_round_f64(double *out, const double *x, int64_t n);
 
+/* ---- QSA selections the oracle takes from an arm -------------------------
+ * qwen4exp's indexer (arch-qwen4exp.md §4.5) keeps W positions; where a
+ * block is cut by the budget, or blocks tie at the cut, which positions are
+ * kept is unspecified (§7.1), and llama.cpp's top-k keeps other ones than
+ * the reference. Either is honest, yet the attention then reads other keys:
+ * a false alarm against a budget of rounding. harness/qsafollow.h hands the
+ * reference the arm's selection of such a query (only when compare explains
+ * the difference as a boundary tie), and the reference attends to it while
+ * its qsa_sel tap keeps its own choice, so compare judges the tie again. One
+ * session per process, as the rounding ties; keyed by (layer, position):
+ * the reference runs one sequence. */
+typedef struct td_qsa_pin {
+    int32_t layer;
+    int64_t pos;        /* the query's position */
+    int64_t step;       /* the forward the arm showed it in (reports only) */
+    int32_t n;          /* positions selected */
+    const int32_t *sel; /* (n) ascending; borrowed */
+} td_qsa_pin;
+
+/* Opens a session with n pins (borrowed until td_qsa_pins_end); replaces an
+ * open one. */
+void td_qsa_pins_begin(const td_qsa_pin *pins, int n);
+void td_qsa_pins_end(void);
+/* The pin of the query at `pos` in sparse layer `layer`; NULL when there is
+ * none or no session is open. */
+const td_qsa_pin *td_qsa_pin_find(int layer, int64_t pos);
+
 #ifdef __cplusplus
 }
 #endif

@@ -241,6 +241,8 @@ typedef struct ctx {
     int64_t res_n;
     small_growth *sg; // per small tap name: the control's largest growth so far
     int n_sg, cap_sg;
+    small_growth *qs; // per qsa_scores tap: the largest |score| of A so far (in gmax)
+    int n_qs, cap_qs;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -545,6 +547,16 @@ int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t
     return 1;
 }
 
+double td_cmp_qsa_tie_thr(const double *sa, const double *sb, const double *ca, const double *cb, int64_t nb,
+                          td_dtype dt) {
+    double noise = 0, top = 0;
+    for (int64_t k = 0; k < nb; k++) {
+        if (ca && cb) noise = fmax(noise, fabs(cb[k] - ca[k]));
+        top = fmax(top, fmax(fabs(sa[k]), fabs(sb[k])));
+    }
+    return fmax(4.0 * noise, td_cmp_floor(dt) * top);
+}
+
 /* The block sizes r that fit a qsa_scores tap of this step: every row t has
  * floor((pos_t + 1) / r) complete blocks (scores before its first -1), the
  * step floor(n_kv / r) = nb columns, and r <= W (W = B + r - 1). Writes up
@@ -568,7 +580,8 @@ static int qsa_ratios(const double *sc, int64_t T, int64_t nb, const int64_t *po
  * on A's blk.L.qsa_scores, or on B's: the tie tolerance is the rule MoE
  * near-ties use (harness/audit.h): max(4 x the control pair's deviation at
  * that row, the floor of B's dtype x the cut score); exact without either.
- * Every block size the step's taps allow must explain the row. Counts the
+ * Every block size the step's taps allow must explain the row (the model's,
+ * when the caller gives it: td_cmp_options.qsa_ratio). Counts the
  * explained rows' mismatches in t->n_int_qsa_tie and marks them in row_ok. */
 static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_t *va, const int64_t *vb,
                         unsigned char *row_ok, td_cmp_tap *t, td_err *err) {
@@ -597,18 +610,18 @@ static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_
         if (!st) st = td_tapfile_read_f64(c->cb->f, step, cj->name, cb, (uint64_t)(T * nb), err);
     }
     int64_t cand[64];
-    const int n_cand = st ? 0 : qsa_ratios(xa, T, nb, pos, W, cand);
+    int n_cand = st ? 0 : qsa_ratios(xa, T, nb, pos, W, cand);
+    int layer = -1;
+    if (!st && c->o->qsa_ratio && sscanf(b->name, "blk.%d.", &layer) == 1 && layer >= 0 && layer < 256 &&
+        c->o->qsa_ratio[layer])
+        cand[0] = c->o->qsa_ratio[layer], n_cand = 1; // the caller knows the model's block size
     for (int64_t row = 0; row < T && n_cand > 0; row++) {
         const int64_t *ra = va + row * W, *rb = vb + row * W;
         uint64_t mis = 0;
         for (int64_t j = 0; j < W; j++) mis += ra[j] != rb[j];
         if (!mis) continue;
-        double noise = 0, top = 0;
-        for (int64_t k = 0; k < nb; k++) {
-            if (ca) noise = fmax(noise, fabs(cb[row * nb + k] - ca[row * nb + k]));
-            top = fmax(top, fmax(fabs(xa[row * nb + k]), fabs(xb[row * nb + k])));
-        }
-        const double thr = fmax(4.0 * noise, td_cmp_floor(sb->dtype) * top);
+        const double thr = td_cmp_qsa_tie_thr(xa + row * nb, xb + row * nb, ca ? ca + row * nb : NULL,
+                                              ca ? cb + row * nb : NULL, nb, sb->dtype);
         int ok = 1;
         for (int i = 0; i < n_cand && ok; i++) {
             int64_t k = 0; // this row's complete blocks: before the first -1
@@ -623,6 +636,39 @@ static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_
     }
     free(xa), free(xb), free(ca), free(cb), free(pos);
     return st;
+}
+
+static int is_qsa_scores(const char *name) {
+    const size_t n = strlen(name), k = strlen(".qsa_scores");
+    return n > k && !strcmp(name + n - k, ".qsa_scores");
+}
+
+/* A QSA block score sums the ReLU'd dot products of RMS-normed indexer
+ * queries and block keys (arch-qwen4exp.md §4.5): its rounding error is
+ * relative to the magnitudes it sums, not to the sum, which cancels (a score
+ * of 0.87 where the layer's are ~10 carries ~10x the relative error of
+ * honest f32 arithmetic). Those magnitudes are the layer's score scale (the
+ * vectors' norms are fixed by their RMSNorm up to the weights): the error of
+ * the tap, and the control's, are taken relative to max(||a||, sqrt(n) x S),
+ * S the largest |score| of this tap in A so far (this step included). A
+ * bug that moves a score by a fraction of the layer's scale still shows. */
+static void qsa_scores_scale(ctx *c, td_cmp_tap *t, double amax, uint64_t n, double d2, double a2, int ctrl_data,
+                             double cd2, double cx2) {
+    int i = 0;
+    while (i < c->n_qs && strcmp(c->qs[i].name, t->name)) i++;
+    if (i == c->n_qs) {
+        if (c->n_qs == c->cap_qs) {
+            c->cap_qs = c->cap_qs ? 2 * c->cap_qs : 8;
+            c->qs = td_xrealloc(c->qs, (size_t)c->cap_qs * sizeof *c->qs);
+        }
+        snprintf(c->qs[i].name, sizeof c->qs[i].name, "%s", t->name);
+        c->qs[c->n_qs++].gmax = 0;
+    }
+    if (isfinite(amax) && amax > c->qs[i].gmax) c->qs[i].gmax = amax;
+    const double s2 = (double)n * c->qs[i].gmax * c->qs[i].gmax;
+    if (!(s2 > a2) || !isfinite(t->err)) return;
+    t->err = t->err_finite = sqrt(d2 / s2);
+    if (ctrl_data && s2 > cx2) t->err_ctrl = sqrt(cd2 / s2);
 }
 
 static int is_qsa_sel(const char *name) {
@@ -749,7 +795,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     memset(c->ulp_hist, 0, sizeof *c->ulp_hist * (size_t)c->ulp_top);
     c->ulp_top = 0;
 
-    double d2 = 0, a2 = 0, b2 = 0, ab = 0, cd2 = 0, cx2 = 0, cy2 = 0, topk_sum = 0;
+    double d2 = 0, a2 = 0, b2 = 0, ab = 0, cd2 = 0, cx2 = 0, cy2 = 0, topk_sum = 0, amax = 0;
     double row_d2s[TD_CMP_N_WHERE];
     where_reset(t->rows, row_d2s);
     uint64_t n_ulp = 0;
@@ -804,6 +850,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
                 double d = y - x, dd = d * d;
                 d2 += dd;
                 a2 += x * x;
+                if (fabs(x) > amax) amax = fabs(x);
                 b2 += y * y;
                 ab += x * y;
                 rd2 += dd;
@@ -832,6 +879,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     if (!data) return TD_OK;
 
     t->err = t->err_finite = rel_l2(d2, a2, b2);
+    if (is_qsa_scores(b->name)) qsa_scores_scale(c, t, amax, count, d2, a2, ctrl_data, cd2, cx2);
     if (!have_max) t->max_abs = 0;
     t->cosine = a2 > 0 && b2 > 0 ? ab / sqrt(a2 * b2) : (a2 == 0 && b2 == 0 ? 1.0 : 0.0);
     if (nf_total(t->nf_a) || nf_total(t->nf_b)) {
@@ -1576,6 +1624,7 @@ fail:
     free(c.ulp_hist);
     free(c.res_of);
     free(c.sg);
+    free(c.qs);
     if (st) {
         td_cmp_result_free(r);
         return st;

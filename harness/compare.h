@@ -149,6 +149,11 @@ typedef struct td_cmp_options {
     const char *control;     /* err_ctrl = err(A, control) */
     const char *control_a;   /* err_ctrl = err(control_a, control_b) (both or neither) */
     const char *control_b;
+    /* (optional) the model's QSA block size per layer (td_hparams.qsa_ratio,
+     * 256 entries, 0 = dense): the qsa_sel rule uses it instead of the block
+     * sizes the -1 pattern of qsa_scores allows (with one token per step
+     * several do, and every one of them must explain a row) */
+    const uint32_t *qsa_ratio;
 } td_cmp_options;
 
 typedef enum td_cmp_method {
@@ -340,6 +345,14 @@ int64_t td_cmp_records_peak(const td_cmp_result *r);
  * Used by compare and by the state-operations check. */
 int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t W, const double *score, int64_t nb,
                              int64_t r, double thr);
+
+/* The tie tolerance of one token's QSA selection, the MoE near-tie rule
+ * (harness/audit.h): max(4 x the control pair's largest deviation over the
+ * row's block scores, the floor of dtype dt x the row's largest |score|).
+ * sa, sb: the two arms' qsa_scores row (nb values); ca, cb: the control
+ * pair's (both NULL: no control). */
+double td_cmp_qsa_tie_thr(const double *sa, const double *sb, const double *ca, const double *cb, int64_t nb,
+                          td_dtype dt);
 
 /* Floor of a precision (see above); integer dtypes: 0. */
 double td_cmp_floor(td_dtype dt);

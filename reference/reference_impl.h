@@ -666,6 +666,17 @@ static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_e
             for (int64_t i = 0; i < n && !found; i++) found = set[i] == rank[j];
             TD_ASSERT(found && (j < n) == (rank[j] >= 0));
         }
+        // a boundary tie the caller took the arm's side of (profile.h td_qsa_pin):
+        // the attention reads the arm's positions, the tap keeps this choice so
+        // that compare judges the tie again
+        const td_qsa_pin *pin = td_qsa_pin_find(l, a->pos[t]);
+        if (pin) {
+            TD_ASSERT(pin->n <= W);
+            for (int64_t j = 0; j < W; j++) {
+                set[j] = j < pin->n ? pin->sel[j] : -1;
+                TD_ASSERT(set[j] <= a->pos[t] && (j == 0 || set[j] < 0 || set[j] > set[j - 1]));
+            }
+        }
     }
     const int64_t shape[2] = {T, W};
     TD_TAP(sink, l, "qsa_sel", TD_DT_I32, a->sel_rank, 2, shape);

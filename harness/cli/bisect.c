@@ -23,6 +23,7 @@
 #include "report.h"
 #include "runner.h"
 #include "ties.h"
+#include "qsafollow.h"
 
 static const char *const bisect_help =
     "usage: tapdiff bisect --model M.gguf --a ARM --b ARM (--tokens LIST | --tokens-file F |\n"
@@ -61,6 +62,11 @@ static const char *const bisect_help =
     "                       divergence first reruns A and the control with rounding ties\n"
     "                       taken the arm's way (README \"Rounding ties\"); A's tap file\n"
     "                       records them (root attributes ties_taken, near_ties)\n"
+    "                       qwen4exp: where B's QSA selection differs from the reference\n"
+    "                       oracle's only inside the boundary group (a tie compare\n"
+    "                       explains), the oracle and its control rerun attending to B's\n"
+    "                       positions there (both modes; TD_QSA_FOLLOW=0: off); the\n"
+    "                       oracle's file records the rows (root attribute qsa_taken)\n"
     "  --control-profile P  arithmetic profile of the control arm (default: the one B\n"
     "                       declares, e.g. act-q8 for llamacpp; native for ref32 and cpu)\n"
     "  --steps N            decode steps after the prefill (default 16)\n"
@@ -288,6 +294,16 @@ static int same_profile(const char *x, const char *y) {
     return !strcmp(fx, fy);
 }
 
+/* Arms that honour the QSA pins of profile.h (the reference). */
+static int is_ref(const char *arm) { return !strcmp(arm, "ref") || !strcmp(arm, "ref32"); }
+
+/* Does some layer of m select positions with the QSA indexer (qwen4exp)? */
+static int has_qsa(const td_model *m) {
+    for (uint32_t i = 0; i < m->hp.n_layer && i < 256; i++)
+        if (m->hp.qsa_ratio[i]) return 1;
+    return 0;
+}
+
 /* ---- Three-arm mode ------------------------------------------------------ */
 
 /* What one arm's column shows. */
@@ -299,6 +315,8 @@ typedef struct arm_col {
     td_cmp_result *cr;
     double logits_vs_oracle, logits_vs_plain; /* rel. L2 of the last-position logits, all steps */
     td_ties_report ties; /* rounding ties where the oracle took this arm's side */
+    td_qsa_follow_report qsa; /* QSA selection rows the oracle took from this arm */
+    int qsa_model;            /* the model has a sparse QSA layer: the JSON says how many rows */
 } arm_col;
 
 /* ||x - y|| / ||y|| over n values. */
@@ -365,6 +383,7 @@ static cJSON *col_json(const arm_col *c) {
     cJSON_AddNumberToObject(o, "logits_vs_oracle", c->logits_vs_oracle);
     cJSON_AddNumberToObject(o, "logits_vs_plain_oracle", c->logits_vs_plain);
     cJSON_AddNumberToObject(o, "oracle_ties_taken", c->ties.n_flips);
+    if (c->qsa_model) cJSON_AddNumberToObject(o, "oracle_qsa_taken", c->qsa.n_rows);
     char *js = td_report_json(c->cr);
     cJSON *cmp = cJSON_Parse(js);
     free(js);
@@ -402,6 +421,7 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
     if (a->k > 0) o.k = a->k;
     o.filter = a->filter;
     o.allow_token_mismatch = 1;
+    o.qsa_ratio = m->hp.qsa_ratio; // the QSA tie rule with the model's block sizes
     for (int i = 0; i < 2; i++) {
         arm_col *c = &col[i];
         snprintf(c->profile, sizeof c->profile, "%s", c->run.profile[0] ? c->run.profile : "native");
@@ -411,20 +431,33 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
             goto out;
         o.control = c->ctrl_path;
         if ((rc = td_compare(c->oracle_path, c->path, &o, &c->cr, err))) goto out;
+        c->qsa_model = has_qsa(m);
+        if (c->cr->verdict != TD_OK && c->qsa_model && is_ref(a->oracle)) {
+            // qwen4exp: the arm kept other positions of a boundary tie; the oracle attends to them (qsafollow.h)
+            const td_run_config oc = arm_config(a, m, a->oracle, c->oracle_path, prompt, n_prompt, fed, NULL, c->profile),
+                                cc = arm_config(a, m, ctrl_arm, c->ctrl_path, prompt, n_prompt, fed, NULL, c->profile);
+            if ((rc = td_qsa_follow(&oc, &cc, c->path, &o, &c->cr, &c->qsa, err))) goto out;
+        }
         if (c->cr->verdict != TD_OK && strcmp(c->profile, "native") && !strcmp(a->oracle, "ref")) {
             // the arm may have rounded an activation code or block scale on the other side
             // of a tie than the f64 oracle: the oracle takes its side there (ties.h)
             const td_run_config oc = arm_config(a, m, a->oracle, c->oracle_path, prompt, n_prompt, fed, NULL, c->profile),
                                 cc = arm_config(a, m, ctrl_arm, c->ctrl_path, prompt, n_prompt, fed, NULL, c->profile);
-            if ((rc = td_ties_follow(&oc, &cc, c->path, &o, &c->cr, &c->ties, err))) goto out;
+            td_qsa_follow_pins_begin(&c->qsa); // its reruns attend as the follow's did
+            rc = td_ties_follow(&oc, &cc, c->path, &o, &c->cr, &c->ties, err);
+            td_qsa_pins_end();
+            if (rc) goto out;
             if ((rc = td_ties_record(c->oracle_path, &c->ties, err))) goto out;
-            if (c->ties.n_flips) { // the oracle's logits with the same ties
-                td_run_result_free(&c->oracle);
-                td_act_ties_begin(c->ties.flips, c->ties.n_flips, TD_TIES_TAU);
-                rc = run_arm(a, m, a->oracle, NULL, prompt, n_prompt, fed, NULL, c->profile, &c->oracle, err);
-                td_act_ties_end(NULL, NULL);
-                if (rc) goto out;
-            }
+        }
+        if (c->qsa.n_reruns && (rc = td_qsa_follow_record(c->oracle_path, &c->qsa, err))) goto out;
+        if (c->ties.n_flips || c->qsa.n_rows) { // the oracle's logits with the same ties and selections
+            td_run_result_free(&c->oracle);
+            if (c->ties.n_flips) td_act_ties_begin(c->ties.flips, c->ties.n_flips, TD_TIES_TAU);
+            td_qsa_follow_pins_begin(&c->qsa);
+            rc = run_arm(a, m, a->oracle, NULL, prompt, n_prompt, fed, NULL, c->profile, &c->oracle, err);
+            td_qsa_pins_end();
+            if (c->ties.n_flips) td_act_ties_end(NULL, NULL);
+            if (rc) goto out;
         }
         c->logits_vs_oracle = rel_l2(c->run.logits, c->oracle.logits, nl);
         c->logits_vs_plain = rel_l2(c->run.logits, plain.logits, nl);
@@ -510,6 +543,13 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
                 printf("%s: the oracle took arm %s's side of %d rounding tie(s) (%d oracle reruns): %s\n", i ? "B" : "A",
                        col[i].arm, col[i].ties.n_flips, col[i].ties.n_reruns, tl);
             }
+        for (int i = 0; i < 2; i++)
+            if (col[i].qsa.n_rows) {
+                char ql[512];
+                td_qsa_follow_describe(&col[i].qsa, ql, sizeof ql);
+                printf("%s: the oracle took arm %s's side of %d indexer tie(s) (QSA selection rows that differ only "
+                       "in the boundary group): %s\n", i ? "B" : "A", col[i].arm, col[i].qsa.n_rows, ql);
+            }
         printf("verdict: %s\n", verdict);
     }
     {
@@ -532,6 +572,7 @@ out:
         td_run_result_free(&col[i].oracle);
         td_run_result_free(&col[i].ctrl);
         td_cmp_result_free(col[i].cr);
+        td_qsa_follow_free(&col[i].qsa);
         free(col[i].path), free(col[i].oracle_path), free(col[i].ctrl_path);
     }
     td_run_result_free(&plain);
@@ -597,6 +638,7 @@ int td_cmd_bisect(int argc, char **argv) {
     td_cmp_result *cr = NULL;
     static td_ties_report ties; // large; one bisect per process
     memset(&ties, 0, sizeof ties);
+    td_qsa_follow_report qf = {0};
     const int ties_on = a.a_profile && q8_profile(a.a_profile);
     char *pa = join(a.out_dir, "A-", a.a), *pb = join(a.out_dir, "B-", a.b), *pc = NULL, *rep = NULL;
     int ctrl = strcmp(a.ctrl, "none") != 0;
@@ -653,6 +695,7 @@ int td_cmd_bisect(int argc, char **argv) {
     if (a.k > 0) o.k = a.k;
     o.filter = a.filter;
     o.control = pc;
+    o.qsa_ratio = m->hp.qsa_ratio; // the QSA tie rule with the model's block sizes
     // B was fed A's tokens: an inp.tokens difference is B consuming another
     // token than it was given (a feedback bug to localize), not a usage error
     o.allow_token_mismatch = 1;
@@ -660,13 +703,27 @@ int td_cmd_bisect(int argc, char **argv) {
     // the arm may have rounded an activation code or block scale on the other side of a tie
     // than the f64 oracle: the oracle (and the control with it) takes its side there, as in
     // the three-arm mode; the control must compute with A's profile for the pins to match
+    // qwen4exp: where B's QSA selection differs from the oracle's only inside the boundary group
+    // (a tie compare explains), the oracle and the control attend to B's positions (qsafollow.h)
+    const int qsa_model = has_qsa(m);
+    if (qsa_model && cr->verdict != TD_OK && !td_extarm_is(a.a) && is_ref(a.a) &&
+        (!ctrl || (!reuse_b && is_ref(a.ctrl)))) {
+        td_run_config oc = arm_config(&a, m, a.a, pa, prompt, n_prompt, fed, NULL, a.a_profile),
+                      cc = ctrl ? arm_config(&a, m, a.ctrl, pc, prompt, n_prompt, fed, NULL, a.ctrl_profile) : oc;
+        if ((rc = td_qsa_follow(&oc, ctrl ? &cc : NULL, pb, &o, &cr, &qf, &err))) goto out;
+    }
     if (ties_on && cr->verdict != TD_OK && !strcmp(a.a, "ref") && ctrl && !reuse_b &&
         (!strcmp(a.ctrl, "ref32") || !strcmp(a.ctrl, "ref")) && same_profile(a.a_profile, a.ctrl_profile)) {
         td_run_config oc = arm_config(&a, m, a.a, pa, prompt, n_prompt, fed, NULL, a.a_profile),
                       cc = arm_config(&a, m, a.ctrl, pc, prompt, n_prompt, fed, NULL, a.ctrl_profile);
-        if ((rc = td_ties_follow(&oc, &cc, pb, &o, &cr, &ties, &err))) goto out;
+        td_qsa_follow_pins_begin(&qf); // its reruns attend as the follow's did
+        rc = td_ties_follow(&oc, &cc, pb, &o, &cr, &ties, &err);
+        td_qsa_pins_end();
+        if (rc) goto out;
     }
-    if (ties.n_reruns && (rc = td_ties_record(pa, &ties, &err))) goto out;
+    // a rerun replaced A's file: its attributes are written again
+    if ((ties.n_reruns || (ties_on && qf.n_reruns)) && (rc = td_ties_record(pa, &ties, &err))) goto out;
+    if (qf.n_reruns && (rc = td_qsa_follow_record(pa, &qf, &err))) goto out;
     char ctrl_line[256];
     if (!ctrl)
         snprintf(ctrl_line, sizeof ctrl_line, "control: none (budget: the dtype floor)");
@@ -683,6 +740,7 @@ int td_cmd_bisect(int argc, char **argv) {
             cJSON_AddStringToObject(o, "control_arm", ctrl ? a.ctrl : "none");
             cJSON_AddStringToObject(o, "control_profile", !ctrl ? "none" : reuse_b ? declared : a.ctrl_profile);
             if (ties_on) cJSON_AddNumberToObject(o, "oracle_ties_taken", ties.n_flips);
+            if (qsa_model && is_ref(a.a)) cJSON_AddNumberToObject(o, "oracle_qsa_taken", qf.n_rows);
             char *js2 = cJSON_PrintUnformatted(o);
             puts(js2);
             free(js2);
@@ -701,6 +759,12 @@ int td_cmd_bisect(int argc, char **argv) {
             printf("the oracle took B's side of %d rounding tie(s) (%d oracle reruns; A's file records them): %s\n",
                    ties.n_flips, ties.n_reruns, tl);
         }
+        if (qf.n_rows) {
+            char ql[512];
+            td_qsa_follow_describe(&qf, ql, sizeof ql);
+            printf("the oracle took B's side of %d indexer tie(s) (QSA selection rows that differ only in the boundary "
+                   "group; A's file records them in qsa_taken): %s\n", qf.n_rows, ql);
+        }
     }
     if (a.report) {
         rep = td_xstrdup(a.report);
@@ -715,6 +779,7 @@ int td_cmd_bisect(int argc, char **argv) {
     rc = cr->verdict == TD_OK ? TD_OK : TD_DIVERGENT;
 
 out:
+    td_qsa_follow_free(&qf);
     td_cmp_result_free(cr);
     td_run_result_free(&ra);
     td_run_result_free(&rb);

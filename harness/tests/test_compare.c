@@ -1043,3 +1043,46 @@ Test(compare, qsa_sel_tie_at_the_cut_is_conformant_and_a_wrong_block_is_not) {
     cr_assert_eq(td_cmp_tap_at(r, r->first)->fail, TD_CMPF_INTEGER);
     td_cmp_result_free(r);
 }
+
+/* A QSA block score is a sum of ReLU'd dot products of RMS-normed vectors:
+ * its rounding error is relative to the magnitudes it sums, the layer's score
+ * scale, not to the sum. Measured on qwen4exp-f32, 1-token prompt, block 1
+ * (ref, llama.cpp, ref32): at p = 3 the one complete block scores 12.1, at
+ * p = 4 it scores 0.865 (the heads' dot products cancel), where llama.cpp is
+ * 5.8e-6 away (6.7e-6 relative, the same absolute error as at p = 3) and
+ * ref32 happened to be 7e-7 away: r 2.08 against the score itself, a false
+ * alarm; against the layer's scale it is 0.5. A bug of 1e-3 on that small
+ * score is still caught. */
+static void write_scores(const char *path, td_dtype dt, const double *v, const char *backend) {
+    td_tap_sink *s = tg_open(path, backend, dt == TD_DT_F64 ? "f64" : "f32", "abc");
+    for (int k = 0; k < 2; k++) {
+        tg_step(s, k ? TD_STEP_DECODE : TD_STEP_PREFILL, 3 + k, 1);
+        const double tok[1] = {7}, pos[1] = {3 + k};
+        const int64_t sh1[1] = {1};
+        tg_emit(s, "inp.tokens", TD_DT_I32, tok, 1, sh1);
+        tg_emit(s, "inp.pos", TD_DT_I32, pos, 1, sh1);
+        tg_emit2(s, "blk.1.qsa_scores", dt, v + k, 1, 1);
+        tg_end(s);
+    }
+    tg_close(s);
+}
+
+Test(compare, qsa_score_error_is_relative_to_the_layer_score_scale) {
+    const double a[2] = {12.1097482, 0.865236865}, b[2] = {12.1097527, 0.865231037}, c[2] = {12.1097422, 0.865236163},
+                 bug[2] = {12.1097527, 0.866236865};
+    write_scores(P("sa.h5"), TD_DT_F64, a, "ref");
+    write_scores(P("sb.h5"), TD_DT_F32, b, "cand");
+    write_scores(P("sc.h5"), TD_DT_F32, c, "ref32");
+    write_scores(P("sd.h5"), TD_DT_F32, bug, "cand");
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("sc.h5");
+    td_cmp_result *r = cmp(P("sa.h5"), P("sb.h5"), &o);
+    const td_cmp_tap *t = find(r, 1, "blk.1.qsa_scores");
+    cr_expect_eq(r->verdict, TD_OK, "%s (step 1: err %g, control %g, r %g)", r->reason, t->err, t->err_ctrl, t->ratio);
+    cr_expect(fabs(t->err - 5.828e-6 / 12.1097482) < 1e-8, "err %g: |b - a| over the layer's scale", t->err);
+    td_cmp_result_free(r);
+    r = cmp(P("sa.h5"), P("sd.h5"), &o);
+    cr_expect_eq(r->verdict, TD_DIVERGENT, "%s", r->reason);
+    cr_expect(r->first >= 0 && td_cmp_tap_at(r, r->first)->step == 1, "a 1e-3 error on the small score is caught");
+    td_cmp_result_free(r);
+}

@@ -725,8 +725,8 @@ Test(llamacpp, bisect_every_fixture_with_profile_matched_control, .init = make_t
     for (size_t i = 0; i < td_fixture_count(); i++) {
         const char *name = td_fixture_at(i)->name;
         if (!strcmp(td_fixture_at(i)->arch, "qwen4exp")) { // README: "ref against the llamacpp arm on qwen4exp"
-            fprintf(stderr, "bisect %s skipped: llama.cpp keeps other positions of a cut QSA block than the "
-                            "reference (spec §7.1), so attn_ctx differs where the selection is sparse\n", name);
+            fprintf(stderr, "bisect %s: in qwen4exp_bisect_conformant_over_prompt_lengths (the peer holds no "
+                            "inp.ple_ids: a filter leaves it out)\n", name);
             continue;
         }
         const int st = bisect(name, name, NULL, NULL, out, sizeof out);
@@ -1623,3 +1623,4 @@ Test(llamacpp, qwen4exp_malformed_files_through_the_peer, .init = make_tmpdir, .
     cr_log_info("llama.cpp loads %d of %zu files tapdiff refuses", n_laxer, sizeof cases / sizeof cases[0] - 1);
 #endif
 }
+
