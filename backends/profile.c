@@ -349,12 +349,12 @@ static const struct {
 } rule_names[] = {
     {TD_RULE_ACT_Q8, "act-q8"},     {TD_RULE_ACT_Q8_1, "act-q8_1"}, {TD_RULE_ATTN_F16, "attn-f16"},
     {TD_RULE_KV_F16, "kv-f16"},     {TD_RULE_FA_F16, "fa-f16"},     {TD_RULE_MM_F16, "mm-f16"},
-    {TD_RULE_ACC_F16, "acc-f16"},
+    {TD_RULE_ACC_F16, "acc-f16"},   {TD_RULE_FA_ACC_F16, "fa-acc-f16"},
 };
 #define N_RULES (sizeof rule_names / sizeof rule_names[0])
 
 int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
-    td_profile p = {.rules = 0, .q8_1_vec_k = -1, .mm_f16_min = -1};
+    td_profile p = {.rules = 0, .q8_1_vec_k = -1, .mm_f16_min = -1, .fa_sg = -1};
     if (why && n) why[0] = '\0';
     if (!s || !s[0] || !strcmp(s, TD_PROFILE_NATIVE)) {
         *out = p;
@@ -370,8 +370,8 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
         for (size_t i = 0; i < N_RULES && !hit; i++)
             if (strlen(rule_names[i].name) == nlen && !strncmp(c, rule_names[i].name, nlen)) hit = rule_names[i].rule;
         if (!hit) {
-            if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16, mm-f16@N, acc-f16; "
-                                      "joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
+            if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16, mm-f16@N, acc-f16, "
+                                      "fa-acc-f16@S; joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
             return -1;
         }
         if (p.rules & hit) {
@@ -382,8 +382,9 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
             char num[24];
             size_t dl = len - nlen - 1;
             char *end = NULL;
-            if ((hit != TD_RULE_ACT_Q8_1 && hit != TD_RULE_MM_F16) || dl == 0 || dl >= sizeof num) {
-                if (why) snprintf(why, n, "'%.*s': only act-q8_1@K and mm-f16@N take a number", (int)len, c);
+            if ((hit != TD_RULE_ACT_Q8_1 && hit != TD_RULE_MM_F16 && hit != TD_RULE_FA_ACC_F16) || dl == 0 ||
+                dl >= sizeof num) {
+                if (why) snprintf(why, n, "'%.*s': only act-q8_1@K, mm-f16@N and fa-acc-f16@S take a number", (int)len, c);
                 return -1;
             }
             memcpy(num, at + 1, dl);
@@ -393,10 +394,19 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
                 if (why) snprintf(why, n, "'%.*s': @K must be a non-negative integer", (int)len, c);
                 return -1;
             }
+            if (hit == TD_RULE_FA_ACC_F16 && (k < 1 || k > 32 || (k & (k - 1)))) {
+                if (why) snprintf(why, n, "'%.*s': @S is a subgroup size: a power of two from 1 to 32", (int)len, c);
+                return -1;
+            }
             if (hit == TD_RULE_ACT_Q8_1)
                 p.q8_1_vec_k = k;
-            else
+            else if (hit == TD_RULE_MM_F16)
                 p.mm_f16_min = k;
+            else
+                p.fa_sg = k;
+        } else if (hit == TD_RULE_FA_ACC_F16) {
+            if (why) snprintf(why, n, "fa-acc-f16 needs @S: the device's subgroup size (e.g. fa-acc-f16@8)");
+            return -1;
         } else if (hit == TD_RULE_MM_F16) {
             if (why) snprintf(why, n, "mm-f16 needs @N: the step size above which the tiled path runs (e.g. mm-f16@8)");
             return -1;
@@ -409,6 +419,11 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
     // mm-f16 (the rest of the tiled path) are a GPU's and go together
     if ((p.rules & TD_RULE_ACT_Q8) && (p.rules & (TD_RULE_ACT_Q8_1 | TD_RULE_MM_F16))) {
         if (why) snprintf(why, n, "act-q8 (the CPU path) does not combine with act-q8_1 or mm-f16 (a GPU's)");
+        return -1;
+    }
+    // the shader's arithmetic refines the K/V cast, which it reads
+    if ((p.rules & TD_RULE_FA_ACC_F16) && !(p.rules & TD_RULE_FA_F16)) {
+        if (why) snprintf(why, n, "fa-acc-f16 refines fa-f16 (flash attention reads K and V in f16): add fa-f16");
         return -1;
     }
     *out = p;
@@ -429,6 +444,10 @@ void td_profile_format(const td_profile *p, char *buf, size_t n) {
         if (rule_names[i].rule == TD_RULE_MM_F16) {
             len = strlen(buf);
             snprintf(buf + len, n - len, "@%lld", (long long)p->mm_f16_min);
+        }
+        if (rule_names[i].rule == TD_RULE_FA_ACC_F16) {
+            len = strlen(buf);
+            snprintf(buf + len, n - len, "@%lld", (long long)p->fa_sg);
         }
     }
     if (!buf[0]) snprintf(buf, n, "%s", TD_PROFILE_NATIVE);
@@ -482,4 +501,77 @@ const td_qsa_pin *td_qsa_pin_find(int layer, int64_t pos) {
     for (int i = 0; i < g_qsa.n; i++)
         if (g_qsa.pins[i].layer == layer && g_qsa.pins[i].pos == pos) return &g_qsa.pins[i];
     return NULL;
+}
+
+static int64_t pad_up(int64_t x, int64_t a) {
+    return (x + a - 1) / a * a;
+}
+
+/* ggml-vulkan's get_fa_tuning_params_scalar for a vendor other than Intel
+ * and AMD: row split, workgroup size, block rows and columns, D split. */
+static void fa_tuning(int64_t S, int64_t D, int64_t n_rows, int reduce_rows, int64_t *rs, int64_t *wg, int64_t *br,
+                      int64_t *bc, int64_t *ds) {
+    *rs = (n_rows < 4 || D <= 64) ? 1 : 4;
+    *wg = (S > 32 && (n_rows < 4 || D < (*rs == 1 ? 128 : 64))) ? 2 * S : 4 * S;
+    if (n_rows == 1) {
+        *br = 1, *bc = 64;
+    } else {
+        if (*rs == 1)
+            *br = n_rows == 2 ? 2 : (n_rows <= 4 || reduce_rows) ? 4 : 8;
+        else
+            *br = n_rows <= 4 ? 4 : (n_rows <= 8 || reduce_rows) ? 8 : 16;
+        *bc = (D & 8) ? 64 : 32;
+    }
+    // its shared-memory check can halve block rows only when rows are not
+    // reduced already; at lavapipe's limit no head size up to 256 needs it
+    const int64_t lsb = D & -D;
+    *ds = S < 8 ? S : 8;
+    if (lsb / 4 < *ds) *ds = lsb / 4;
+}
+
+int td_profile_fa_geom(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t n_kv,
+                       int64_t n_ctx, td_fa_geom *g) {
+    // ggml-vulkan leaves head sizes that are not a multiple of 8 to the CPU
+    if (!(p->rules & TD_RULE_FA_ACC_F16) || p->fa_sg < 1 || p->fa_sg > 32 || D < 8 || D % 8 || Hkv < 1 || H % Hkv ||
+        T < 1 || n_kv < T)
+        return -1;
+    const int64_t S = p->fa_sg;
+    // llama.cpp pads the context to 256 cells and shows the shader the used
+    // cells padded to 256 (at least 256): get_n_kv
+    int64_t kv = pad_up(n_kv, 256);
+    const int64_t size = pad_up(n_ctx > n_kv ? n_ctx : n_kv, 256);
+    if (kv > size) kv = size;
+    const int reduce_rows = (D & 8) || kv < 1024;
+    int64_t rs, wg, br, bc, ds;
+    // grouped-query steps of up to 8 tokens put a KV head's query heads in one workgroup
+    fa_tuning(S, D, 512, reduce_rows, &rs, &wg, &br, &bc, &ds);
+    const int64_t ratio = H / Hkv, max_gqa = br < 32 ? br : 32;
+    const int gqa = T <= 8 && ratio > 1 && ratio <= max_gqa;
+    const int64_t N = gqa ? ratio : T;
+    fa_tuning(S, D, N, reduce_rows, &rs, &wg, &br, &bc, &ds);
+    if (ds < 1 || (rs > 1 && wg / rs != S)) return -1;
+    // split-k: lavapipe reports no shader core count, ggml-vulkan assumes 16
+    // and wants twice as many workgroups
+    const int64_t want = 2 * 16, wy = gqa ? H / ratio : H;
+    int64_t split_k = 1;
+    if (gqa && T <= br)
+        split_k = want / (T * wy);
+    else if (!gqa && (N + br - 1) / br * wy < want)
+        split_k = want / ((N + br - 1) / br * wy);
+    int64_t split_kv = kv;
+    if (split_k > 1) {
+        split_kv = pad_up(kv / split_k > 1 ? kv / split_k : 1, bc);
+        split_k = (kv + split_kv - 1) / split_kv;
+    }
+    if (split_k < 1) split_k = 1, split_kv = kv;
+    g->kv = kv;
+    g->bc = bc;
+    g->cols = wg / ds / rs;
+    g->d_split = ds;
+    g->group = S / ds < g->cols ? S / ds : g->cols;
+    g->split_kv = split_kv;
+    g->split_k = split_k;
+    g->sg = S;
+    if (g->group < 1 || g->cols % g->group || bc % g->cols) return -1;
+    return 0;
 }

@@ -40,6 +40,14 @@
  *               written.
  *   fa-f16      flash attention casts K and V to f16 (every step), as
  *               llama.cpp does on every backend.
+ *   fa-acc-f16@S with fa-f16: flash attention as ggml-vulkan's scalar shader
+ *               runs it on a device of subgroup size S without cooperative
+ *               matrices (lavapipe; the f32-score variant llama.cpp asks for):
+ *               Q*scale in f16, f32 scores, the probabilities in f16, the
+ *               output summed in f16 per column thread with an online-softmax
+ *               rescale per block of columns, the threads then combined in
+ *               ggml-vulkan's order, split-k partials in f32 (td_fa_geom).
+ *               Replaces attn-f16 for attention in every step.
  *
  * The rounding helpers below are exact formulas; the reference calls them in
  * its own precision (f32 for ref32, f64 for ref), everything else it keeps. */
@@ -102,12 +110,14 @@ enum {
     TD_RULE_FA_F16 = 1u << 4,
     TD_RULE_MM_F16 = 1u << 5,
     TD_RULE_ACC_F16 = 1u << 6,
+    TD_RULE_FA_ACC_F16 = 1u << 7,
 };
 
 typedef struct td_profile {
     unsigned rules;     /* TD_RULE_* */
     int64_t q8_1_vec_k; /* act-q8_1@K: one-token steps round too when the inner size > K; -1 = never */
     int64_t mm_f16_min; /* mm-f16@N: steps of more than N tokens */
+    int64_t fa_sg;      /* fa-acc-f16@S: the device's subgroup size */
 } td_profile;
 
 /* Parses a profile string. 0 on success; -1 with a one-line reason in why
@@ -133,6 +143,35 @@ int td_profile_mm_f16(const td_profile *p, int64_t T);
 
 /* Are K and V rounded to f16 when stored (kv-f16, fa-f16: every step)? */
 int td_profile_kv_store_f16(const td_profile *p);
+
+/* How ggml-vulkan's scalar flash-attention shader (flash_attn.comp, this
+ * peer revision) lays one step out on a device of subgroup size S that is
+ * neither Intel nor AMD and reports no shader core count (lavapipe): its
+ * tuning and split-k choices, redone here because the order of every f16
+ * sum follows from them. Per query row (token, head): column (cache
+ * position) s belongs to column thread s % cols, in block s / bc; each
+ * thread runs its own online softmax block by block; the threads are then
+ * summed by butterflies over `group` threads and the groups in order; with
+ * split_k > 1 each range of split_kv columns does that on its own and a
+ * second shader combines the ranges in f32. */
+typedef struct td_fa_geom {
+    int64_t kv;       /* columns the shader sees: llama.cpp's cache view (256-cell padding) */
+    int64_t bc;       /* columns per block (one online-softmax rescale each) */
+    int64_t cols;     /* column threads per query row */
+    int64_t d_split;  /* threads sharing one score's dot product (a butterfly of f32 partials) */
+    int64_t group;    /* column threads summed by one subgroup's butterfly */
+    int64_t split_kv; /* columns per split */
+    int64_t split_k;  /* splits (1: none) */
+    int64_t sg;       /* subgroup size (the split reduce's tree) */
+} td_fa_geom;
+
+/* The geometry of a step of T tokens over n_kv cached positions (the step's
+ * included) in a context of n_ctx, head size D, H query and Hkv KV heads.
+ * 0 when fa-acc-f16 applies; -1 when the profile has no fa-acc-f16 or the
+ * shape is outside what the rule models (D not a multiple of 8: ggml-vulkan
+ * runs those on the CPU; H not a multiple of Hkv). */
+int td_profile_fa_geom(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t n_kv,
+                       int64_t n_ctx, td_fa_geom *g);
 
 
 /* ---- Rounding ties of the f64 oracle ------------------------------------

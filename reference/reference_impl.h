@@ -25,6 +25,7 @@
  *   REF_NAME REF_PRECISION   "ref" "f64" / "ref32" "f32"
  *   REAL_IS_FLOAT            defined by the f32 build only
  */
+#include <float.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -204,6 +205,157 @@ static void attention_range(real *out, const real *q, const real *k, const real 
             for (int64_t d = 0; d < D; d++) oh[d] += att[s] * vs[d];
         }
 #undef ATT_POS
+    }
+}
+
+/* x rounded to f16 (through f32, as the device holds it), in f64: products
+ * and sums of two f16 values are exact there, so both precisions round the
+ * same values. */
+static inline double f16r(double x) {
+    td_f16_round_f64(&x, &x, 1);
+    return x;
+}
+
+/* A row of a butterfly over n values (power of two): each value plus its
+ * partner at distance s, for s in the order given; every position ends with
+ * the same sum, returned from position 0. f16: each sum rounded to f16. */
+static real fa_butterfly(real *x, int64_t n, int down, int f16) {
+    real t[32];
+    for (int64_t s = down ? n / 2 : 1; down ? s > 0 : s < n; s = down ? s / 2 : s * 2) {
+        for (int64_t i = 0; i < n; i++) t[i] = f16 ? (real)f16r((double)x[i] + (double)x[i ^ s]) : x[i] + x[i ^ s];
+        memcpy(x, t, (size_t)n * sizeof *x);
+    }
+    return x[0];
+}
+
+/* Flash attention of the (token, head) pairs [i0, i1) as ggml-vulkan's
+ * scalar shader runs it (profile fa-acc-f16, geometry g; flash_attn.comp and
+ * flash_attn_split_k_reduce.comp of the peer revision): q already holds
+ * f16(q*scale), k/v the f16 cache. Per column thread c (columns s with
+ * s % cols == c): scores summed in f32 from d_split partials (each over
+ * its vec4s, a vec4 from its last lane down), a butterfly joining them;
+ * per block of bc columns the thread's running max M (the block's max plus
+ * 3*0.6931, keeping probabilities inside f16), its f32 sum L and its f16
+ * output O rescaled by f16(e^(Mold-M)); p = f16(e^(s-M)); O += p*v with the
+ * product and the sum each rounded to f16. The threads are then rescaled to
+ * the common max and summed (f32 L, f16 O) by subgroup butterflies and the
+ * groups in order; the output is O*f16(1/L) in f16, or with split-k each
+ * split's O, L, M combined in f32 by the reduce shader. Masked columns add
+ * exact zeros, so only the valid ones are visited. ws: fa_ws_size(g, D,
+ * n_kv) values of scratch. */
+static int64_t fa_ws_size(const td_fa_geom *g, int64_t D, int64_t n_kv) {
+    return 3 * g->cols + g->cols * D + g->bc / g->cols + g->split_k * (D + 2) + g->sg + n_kv;
+}
+
+static void fa_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *ws,
+                     const td_fa_geom *g, int64_t H, int64_t Hkv, int64_t D, int64_t n_kv, int64_t i0, int64_t i1,
+                     const int32_t *sel, int64_t sel_w, int64_t tie_call) {
+    const real NEG = (real)(-FLT_MAX / 2), OFF = (real)(3.0f * 0.6931f);
+    const int64_t C = g->cols, cpt = g->bc / C, K = g->split_k;
+    real *M = ws, *L = M + C, *tmp = L + C, *O = tmp + C, *sv = O + C * D, *Os = sv + cpt,
+         *Ls = Os + K * D, *Ms = Ls + K, *Lk = Ms + K, *ok = Lk + g->sg;
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / H, h = i % H, kh = td_ref_gqa_kv_head(h, H, Hkv);
+        const real *qh = q + (t * H + h) * D;
+        // the columns this query sees: its causal prefix, or its QSA selection
+        for (int64_t s = 0; s < n_kv; s++) ok[s] = !sel && s <= pos[t];
+        if (sel)
+            for (int64_t j = 0; j < sel_w && sel[t * sel_w + j] >= 0; j++) ok[sel[t * sel_w + j]] = 1;
+        for (int64_t sp = 0; sp < K; sp++) {
+            const int64_t c0 = sp * g->split_kv, c1 = (sp + 1) * g->split_kv < n_kv ? (sp + 1) * g->split_kv : n_kv;
+            for (int64_t c = 0; c < C; c++) {
+                M[c] = NEG, L[c] = 0;
+                for (int64_t d = 0; d < D; d++) O[c * D + d] = 0;
+            }
+            for (int64_t j = c0 / g->bc; j * g->bc < c1; j++)
+                for (int64_t c = 0; c < C; c++) {
+                    real mx = NEG;
+                    int any = 0;
+                    for (int64_t cc = 0; cc < cpt; cc++) {
+                        const int64_t s = j * g->bc + cc * C + c;
+                        if (s >= c1 || !ok[s]) continue;
+                        const real *ks = k + (s * Hkv + kh) * D;
+                        real part[8];
+                        for (int64_t dt = 0; dt < g->d_split; dt++) {
+                            real acc = 0;
+                            for (int64_t e = 4 * dt; e < D; e += 4 * g->d_split)
+                                for (int64_t x = 3; x >= 0; x--) acc += qh[e + x] * ks[e + x];
+                            part[dt] = acc;
+                        }
+                        sv[cc] = fa_butterfly(part, g->d_split, 1, 0);
+                        if (sv[cc] > mx) mx = sv[cc];
+                        any = 1;
+                    }
+                    if (any) mx += OFF; // in f32 the offset vanishes into -FLT_MAX/2
+                    const real mold = M[c];
+                    M[c] = mx > mold ? mx : mold;
+                    const real em = R_EXP(mold - M[c]);
+                    L[c] = em * L[c];
+                    const double em16 = f16r((double)em);
+                    for (int64_t d = 0; d < D; d++) O[c * D + d] = (real)f16r(em16 * (double)O[c * D + d]);
+                    for (int64_t cc = 0; cc < cpt; cc++) {
+                        const int64_t s = j * g->bc + cc * C + c;
+                        if (s >= c1 || !ok[s]) continue;
+                        // a ties session: probability s of pair i is element (i, s), as attn-f16's
+                        const real p = TIE_F16(tie_call, i * ((int64_t)1 << 32) + s, R_EXP(sv[cc] - M[c]));
+                        L[c] += p;
+                        const real *vs = v + (s * Hkv + kh) * D;
+                        for (int64_t d = 0; d < D; d++)
+                            O[c * D + d] = (real)mul_add_f16((double)p, (double)vs[d], (double)O[c * D + d]);
+                    }
+                }
+            // the threads at the common max, then summed
+            real mx = NEG;
+            for (int64_t c = 0; c < C; c++) mx = M[c] > mx ? M[c] : mx;
+            for (int64_t c = 0; c < C; c++) {
+                const real em = R_EXP(M[c] - mx);
+                L[c] = em * L[c];
+                const double em16 = f16r((double)em);
+                for (int64_t d = 0; d < D; d++) O[c * D + d] = (real)f16r(em16 * (double)O[c * D + d]);
+            }
+            const int64_t G = g->group;
+            real lsum = 0;
+            for (int64_t b = 0; b < C; b += G) {
+                const real x = fa_butterfly(L + b, G, 0, 0);
+                lsum = b ? lsum + x : x;
+            }
+            real *os = Os + sp * D;
+            for (int64_t d = 0; d < D; d++) {
+                real osum = 0;
+                for (int64_t b = 0; b < C; b += G) {
+                    for (int64_t c = 0; c < G; c++) tmp[c] = O[(b + c) * D + d];
+                    const real x = fa_butterfly(tmp, G, 0, 1);
+                    osum = b ? (real)f16r((double)osum + (double)x) : x;
+                }
+                os[d] = osum;
+            }
+            Ls[sp] = lsum, Ms[sp] = mx;
+        }
+        real *oh = out + (t * H + h) * D;
+        if (K == 1) { // O * f16(1/L), in f16
+            const double r16 = f16r(Ls[0] == 0 ? 0.0 : (double)(1 / Ls[0]));
+            for (int64_t d = 0; d < D; d++) {
+                double o = f16r((double)Os[d] * r16);
+                oh[d] = (real)(o > 65504 ? 65504 : o < -65504 ? -65504 : o);
+            }
+            continue;
+        }
+        // split-k reduce (f32): the max, L by a tree over sg threads, O in split order
+        real mm = -(real)INFINITY;
+        for (int64_t sp = 0; sp < K; sp++) mm = Ms[sp] > mm ? Ms[sp] : mm;
+        for (int64_t tt = 0; tt < g->sg; tt++) {
+            real acc = 0;
+            for (int64_t sp = tt; sp < K; sp += g->sg) acc += R_EXP(Ms[sp] - mm) * Ls[sp];
+            Lk[tt] = acc;
+        }
+        for (int64_t s = g->sg / 2; s > 0; s /= 2)
+            for (int64_t tt = 0; tt < s; tt++) Lk[tt] += Lk[tt + s];
+        const real linv = Lk[0] == 0 ? 0 : 1 / Lk[0];
+        for (int64_t d = 0; d < D; d++) {
+            real o = 0;
+            for (int64_t sp = 0; sp < K; sp++) o += R_EXP(Ms[sp] - mm) * Os[sp * D + d];
+            oh[d] = o * linv;
+        }
     }
 }
 
@@ -594,6 +746,26 @@ static void att_worker(void *ctx, int w, int nw) {
                     j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->sel, j->sel_w, j->tie_call);
 }
 
+/* Flash attention (fa-acc-f16) shared by the workers as att_job is. */
+typedef struct fa_job {
+    real *out;
+    const real *q, *k, *v;
+    const int64_t *pos;
+    td_fa_geom g;
+    int64_t T, H, Hkv, D, n_kv;
+    const int32_t *sel;
+    int64_t sel_w, tie_call;
+} fa_job;
+
+static void fa_worker(void *ctx, int w, int nw) {
+    const fa_job *j = ctx;
+    const int64_t n = j->T * j->H;
+    real *ws = td_xmalloc((size_t)fa_ws_size(&j->g, j->D, j->n_kv) * sizeof(real));
+    fa_range(j->out, j->q, j->k, j->v, j->pos, ws, &j->g, j->H, j->Hkv, j->D, j->n_kv, n * w / nw, n * (w + 1) / nw,
+             j->sel, j->sel_w, j->tie_call);
+    free(ws);
+}
+
 /* The QSA indexer of sparse layer l (arch-qwen4exp.md §4.5) for the step's
  * tokens, on the mixer output a->xn: caches the raw keys, pools the complete
  * blocks of the cache after the step (recomputed every step from the raw
@@ -759,7 +931,23 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         sel = a->sel_set;
         sel_w = (int64_t)r->hp.idx_topk + r->hp.qsa_ratio[l] - 1;
     }
-    if (td_profile_attn_qkv_f16(&r->profile, T)) {
+    td_fa_geom fg;
+    const int fa = !td_profile_fa_geom(&r->profile, D, H, Hkv, T, pos0 + T, r->n_ctx, &fg);
+    if (!fa && (r->profile.rules & TD_RULE_FA_ACC_F16))
+        return td_err_set(err, TD_EINPUT,
+                          "profile fa-acc-f16: head size %lld with %lld/%lld heads is outside the flash-attention "
+                          "shader's modelled shapes (head size a multiple of 8, whole query groups)",
+                          (long long)D, (long long)H, (long long)Hkv);
+    if (fa) {
+        // profile rounding point: flash attention (fa-acc-f16) reads
+        // f16(Q*scale) with llama.cpp's f32 scale; q is not read after
+        const float scale = 1.0f / sqrtf((float)D);
+        for (int64_t i = 0; i < T * H * D; i++) a->q[i] *= (real)scale;
+        ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        fa_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .g = fg, .T = T, .H = H, .Hkv = Hkv,
+                    .D = D, .n_kv = pos0 + T, .sel = sel, .sel_w = sel_w, .tie_call = td_act_ties_reserve()};
+        td_ref_pool_run(r->pool, fa_worker, &j);
+    } else if (td_profile_attn_qkv_f16(&r->profile, T)) {
         // profile rounding point: a step of several tokens reads Q, the
         // cache rows and the probabilities in f16 (the cache itself keeps
         // its precision); q is not read after attention

@@ -1167,8 +1167,9 @@ static int env_flag(const char *name) {
  *   permuted K/V cache views) to f16 (attn-f16); devices with integer dot
  *   products quantize activations of quantized matmuls to q8_1 blocks
  *   (act-q8_1); with flash attention K and V are cast to f16 on every
- *   backend (fa-f16). */
-static void declare_profile(lc_backend *s) {
+ *   backend (fa-f16), and lavapipe's flash-attention shader sums in f16 in
+ *   an order its subgroup size fixes (fa-acc-f16@S). */
+static void declare_profile(lc_backend *s, const td_model *m) {
     char *p = s->profile;
     const size_t n = sizeof s->profile;
     if (s->kind == LC_CPU) {
@@ -1186,6 +1187,15 @@ static void declare_profile(lc_backend *s) {
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
         snprintf(p + strlen(p), n - strlen(p), "%sfa-f16", p[0] ? "+" : "");
+        // lavapipe runs ggml-vulkan's scalar flash-attention shader, whose
+        // f16 accumulation follows from its subgroup size (fa-acc-f16); the
+        // tuning of other vendors' devices differs and is not modelled
+        const lc_gpu *g = &g_gpu[s->kind];
+        const int sg = s->kind == LC_VULKAN ? cap_int(g->caps, "warp size:") : -1;
+        // (head sizes that are not a multiple of 8 go to the CPU's flash attention)
+        if (g->fp16 && !g->coopmat && sg >= 1 && sg <= 32 && !(sg & (sg - 1)) && m->hp.head_dim % 8 == 0 &&
+            (strstr(g->caps, "llvmpipe") || strstr(g->desc, "llvmpipe")))
+            snprintf(p + strlen(p), n - strlen(p), "+fa-acc-f16@%d", sg);
     }
 }
 
@@ -1214,7 +1224,7 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     // on request only, on the GPU arms (the CPU arm keeps the measured
     // deterministic settings)
     s->flash_attn = kind != LC_CPU && env_flag("TD_LLAMACPP_FLASH_ATTN");
-    declare_profile(s);
+    declare_profile(s, m);
     // llama.cpp computes one way: asking for it by its profile's name is fine
     if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, s->profile)) {
         const char *want = p->profile;

@@ -555,6 +555,60 @@ Test(act_q8, profile_parse_and_format) {
     cr_assert_eq(f, TD_ACT_F32);
 }
 
+/* fa-acc-f16@S: parsed with its subgroup size, only on top of fa-f16; and
+ * the flash-attention layout it implies, worked out by hand from
+ * ggml-vulkan's get_fa_tuning_params_scalar and its split-k choice for a
+ * device of subgroup size 8 reporting no core count (lavapipe). */
+Test(act_q8, fa_acc_f16_parse_and_geometry) {
+    td_profile p;
+    char why[256], buf[128];
+    cr_assert_eq(td_profile_parse("fa-acc-f16@8+attn-f16+fa-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "attn-f16+fa-f16+fa-acc-f16@8");
+    const char *bad[] = {"fa-acc-f16@8", "fa-f16+fa-acc-f16", "fa-f16+fa-acc-f16@6", "fa-f16+fa-acc-f16@64",
+                         "fa-f16+fa-acc-f16@0"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(td_profile_parse(bad[i], &p, why, sizeof why), -1, "'%s' must be refused", bad[i]);
+        cr_assert(why[0], "'%s': no reason given", bad[i]);
+    }
+    cr_assert_eq(td_profile_parse("fa-f16+fa-acc-f16@8", &p, why, sizeof why), 0, "%s", why);
+    td_fa_geom g;
+    // stories260K (D 8, 8 heads on 4 KV heads), one token at position 40 of
+    // 41: grouped query rows (N = 2, Br 2, Bc 64), 4*8 threads, d_split 2;
+    // 32 / (1 token * 4 groups) = 8 splits of 256 cells, 32 each, rounded
+    // up to 64: 4 splits of 64
+    cr_assert_eq(td_profile_fa_geom(&p, 8, 8, 4, 1, 41, 41, &g), 0);
+    cr_assert_eq(g.kv, 256);
+    cr_assert_eq(g.bc, 64);
+    cr_assert_eq(g.d_split, 2);
+    cr_assert_eq(g.cols, 16);
+    cr_assert_eq(g.group, 4);
+    cr_assert_eq(g.split_k, 4);
+    cr_assert_eq(g.split_kv, 64);
+    // 40 tokens: rows of tokens (Br 4), 10 row blocks * 8 heads >= 32: no split
+    cr_assert_eq(td_profile_fa_geom(&p, 8, 8, 4, 40, 40, 41, &g), 0);
+    cr_assert_eq(g.split_k, 1);
+    cr_assert_eq(g.bc, 64);
+    // head size 32 (the llama fixtures, 4 heads on 2), 8 tokens: d_split 8,
+    // Bc 32 (D & 8 == 0), 8 tokens > Br 2: no split; groups of one thread
+    cr_assert_eq(td_profile_fa_geom(&p, 32, 4, 2, 8, 8, 12, &g), 0);
+    cr_assert_eq(g.d_split, 8);
+    cr_assert_eq(g.bc, 32);
+    cr_assert_eq(g.cols, 4);
+    cr_assert_eq(g.group, 1);
+    cr_assert_eq(g.split_k, 1);
+    // 300 cached cells: the view grows to 512; one token, 2 query groups
+    // (Br 2, Bc 32): 32 / 2 = 16 splits of 32 cells
+    cr_assert_eq(td_profile_fa_geom(&p, 32, 4, 2, 1, 300, 400, &g), 0);
+    cr_assert_eq(g.kv, 512);
+    cr_assert_eq(g.split_k, 16);
+    cr_assert_eq(g.split_kv, 32);
+    // head sizes that are not a multiple of 8 run on ggml-cpu: not modelled
+    cr_assert_eq(td_profile_fa_geom(&p, 18, 4, 2, 1, 1, 1, &g), -1);
+    cr_assert_eq(td_profile_parse("fa-f16", &p, why, sizeof why), 0);
+    cr_assert_eq(td_profile_fa_geom(&p, 8, 8, 4, 1, 1, 1, &g), -1);
+}
+
 /* The f64 rounding gives the f32 rounding's values on f32 inputs (away from
  * ties): the same blocks, scales in their storage types. */
 Test(act_q8, f64_rounding_matches_f32) {
