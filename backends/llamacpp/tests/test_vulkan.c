@@ -105,8 +105,11 @@ Test(vulkan, stories_prompt1_three_arm_conformant, .init = setup, .fini = teardo
 }
 
 /* Prompts of 8 and 40 tokens (the matrix-vector path with several columns,
- * then the tiled f16 path) and 16 decode steps: the arm's logits stay within
- * 1e-4 of the profile-matched oracle's and 1e-3 of the plain oracle's. */
+ * then the tiled f16 path) and 16 decode steps: the arm is conformant with
+ * the oracle under its profile (at 40 tokens only once the oracle takes the
+ * arm's side of the f16 ties its taps show, ties.h: before, blk.2.attn_ctx
+ * at decode step 1 diverged, r 1.18), and its logits stay within 1e-4 of the
+ * profile-matched oracle's and 1e-3 of the plain oracle's. */
 Test(vulkan, stories_prompts_8_40_logits_close, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
@@ -122,6 +125,7 @@ Test(vulkan, stories_prompts_8_40_logits_close, .init = setup, .fini = teardown)
         const double plain = atof(field(bj, "\"logits_vs_plain_oracle\"", v, sizeof v));
         cr_log_info("prompt %d tokens: Vulkan out.logits vs matched oracle %.3g, vs plain %.3g, verdict %s", i ? 40 : 8,
                     matched, plain, field(bj, "\"verdict\"", v, sizeof v));
+        cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant", "prompt %d tokens", i ? 40 : 8);
         cr_assert(matched < 1e-4, "prompt %d: logits vs matched oracle %.3g", i, matched);
         cr_assert(plain < 1e-3, "prompt %d: logits vs plain oracle %.3g", i, plain);
         free(out);
@@ -155,22 +159,28 @@ Test(vulkan, stories_201_greedy_ids_equal_reference, .init = setup, .fini = tear
 
 /* One node of the running Vulkan graph scaled by 1.001 (read from the
  * device, scaled, written back): the three-arm verdict names the GPU arm, at
- * that tap and step, and not the CPU arm. */
+ * that tap and step, and not the CPU arm; after a one-token prompt and after
+ * a 40-token one, where the oracle reads f16 ties from the arm's taps (only
+ * those before the first divergence: they cannot hide it). */
 Test(vulkan, perturbed_node_named_and_gpu_arm_blamed, .init = setup, .fini = teardown) {
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     setenv("TD_LLAMACPP_PERTURB", "blk.1.attn_v*1.001", 1);
     setenv("TD_LLAMACPP_PERTURB_ARM", "llamacpp:vulkan", 1);
-    char *out = NULL, v[128];
-    int rc = bisect3(model, "1", "4", &out);
+    const char *prompts[2] = {"1", "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,"
+                                   "32,33,34,35,36,37,38,39,40"};
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL, v[128];
+        int rc = bisect3(model, prompts[i], "4", &out);
+        cr_assert_eq(rc, 1, "prompt %d tokens: a perturbed arm must be divergent (exit %d)\n%.300s", i ? 40 : 1, rc, out);
+        cr_assert(strstr(out, "\"wrong_arm\":\"b\""), "%.300s", out);
+        const char *bj = arm_b(out);
+        cr_assert_str_eq(field(bj, "\"first_tap\"", v, sizeof v), "blk.1.attn_v", "prompt %d tokens", i ? 40 : 1);
+        cr_assert_str_eq(field(bj, "\"first_step\"", v, sizeof v), "0", "prompt %d tokens", i ? 40 : 1);
+        free(out);
+    }
     unsetenv("TD_LLAMACPP_PERTURB");
     unsetenv("TD_LLAMACPP_PERTURB_ARM");
-    cr_assert_eq(rc, 1, "a perturbed arm must be divergent (exit %d)\n%.300s", rc, out);
-    cr_assert(strstr(out, "\"wrong_arm\":\"b\""), "%.300s", out);
-    const char *bj = arm_b(out);
-    cr_assert_str_eq(field(bj, "\"first_tap\"", v, sizeof v), "blk.1.attn_v");
-    cr_assert_str_eq(field(bj, "\"first_step\"", v, sizeof v), "0");
-    free(out);
 }
 
 /* Taps change nothing: the logits of an untapped run equal those of a fully
