@@ -73,19 +73,61 @@ typedef struct ties_state {
     int n_log, cap_log;
     const char *site;
     int n_named; /* log entries already named after the tap that followed them */
+    char src[40];           /* td_act_ties_source: the tap the call src_call reads */
+    int64_t src_off, src_call;
+    struct {
+        const void *data;
+        char name[40];
+    } taps[64];             /* the buffers this forward's latest taps were emitted from (a ring) */
+    int n_taps;
 } ties_state;
 static ties_state g_ties;
 static pthread_mutex_t g_ties_lock = PTHREAD_MUTEX_INITIALIZER; // the log, when workers round (td_act_tie_f16_*)
 
 void td_act_ties_begin(const td_act_tie *flips, int n_flips, double tau) {
     free(g_ties.log);
-    g_ties = (ties_state){.on = 1, .tau = tau, .step = -1, .call = -1, .flips = flips, .n_flips = n_flips};
+    g_ties = (ties_state){.on = 1, .tau = tau, .step = -1, .call = -1, .flips = flips, .n_flips = n_flips, .src_call = -2};
 }
 
 void td_act_ties_forward(void) {
     if (!g_ties.on) return;
     g_ties.step++;
     g_ties.call = -1;
+    g_ties.src_call = -2;
+    g_ties.n_taps = 0; // buffers are reused: a tap names its buffer within one forward only
+}
+
+static void tap_full_name(char *full, size_t n, int layer, const char *name) {
+    if (layer >= 0) snprintf(full, n, "blk.%d.%s", layer, name);
+    else snprintf(full, n, "%s", name);
+}
+
+void td_act_ties_source(int layer, const char *name, int64_t offset) {
+    if (!g_ties.on) return;
+    g_ties.src[0] = '\0';
+    if (name) tap_full_name(g_ties.src, sizeof g_ties.src, layer, name);
+    g_ties.src_off = offset;
+    g_ties.src_call = g_ties.call + 1; // the next rounding call
+}
+
+void td_act_ties_tap_data(int layer, const char *name, const void *data) {
+    if (!g_ties.on) return;
+    const int i = g_ties.n_taps++ % 64;
+    g_ties.taps[i].data = data;
+    tap_full_name(g_ties.taps[i].name, sizeof g_ties.taps[i].name, layer, name);
+}
+
+void td_act_ties_source_of(const void *data, int64_t offset) {
+    if (!g_ties.on) return;
+    const int n = g_ties.n_taps < 64 ? g_ties.n_taps : 64;
+    for (int k = 1; k <= n; k++) { // the latest tap of that buffer: it holds what the buffer holds now
+        const int i = (g_ties.n_taps - k) % 64;
+        if (g_ties.taps[i].data == data) {
+            td_act_ties_source(-1, g_ties.taps[i].name, offset);
+            return;
+        }
+    }
+    td_act_ties_source(-1, NULL, 0);
 }
 
 void td_act_ties_end(td_act_tie **log, int *n) {
@@ -101,8 +143,7 @@ void td_act_ties_site(const char *weight) {
 void td_act_ties_tap(int layer, const char *name) {
     if (!g_ties.on) return;
     char full[40];
-    if (layer >= 0) snprintf(full, sizeof full, "blk.%d.%s", layer, name);
-    else snprintf(full, sizeof full, "%s", name);
+    tap_full_name(full, sizeof full, layer, name);
     for (; g_ties.n_named < g_ties.n_log; g_ties.n_named++) memcpy(g_ties.log[g_ties.n_named].tap, full, sizeof full);
 }
 
@@ -113,9 +154,13 @@ static void ties_call(void) {
 /* Logs v (a scaled value whose tie is at v - floor(v) = 0.5) when it lies
  * within tau of the tie, with `alt`, the result on the tie's other side;
  * returns 1 with *pick when (step, call, elem) is pinned. */
-static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, double *pick, int f16) {
+static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, double *pick, int f16, double x) {
     if (!g_ties.on || fabs(v - floor(v) - 0.5) >= (f16 ? TD_ACT_TIES_F16_TAU : g_ties.tau)) return 0;
-    const td_act_tie me = {.step = g_ties.step, .call = call, .elem = elem, .v = v, .pick = alt, .f16 = f16};
+    td_act_tie me = {.step = g_ties.step, .call = call, .elem = elem, .v = v, .pick = alt, .f16 = f16, .x = x};
+    if (call == g_ties.src_call && g_ties.src[0] && elem + g_ties.src_off >= 0) {
+        memcpy(me.src, g_ties.src, sizeof me.src);
+        me.src_elem = elem + g_ties.src_off;
+    }
     int pinned = 0;
     for (int i = 0; i < g_ties.n_flips && !pinned; i++) {
         const td_act_tie *t = &g_ties.flips[i];
@@ -133,7 +178,7 @@ static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, dou
 }
 
 static int tie_pinned(double v, int64_t elem, double alt, double *pick) {
-    return tie_pinned_kind(g_ties.call, v, elem, alt, pick, 0);
+    return tie_pinned_kind(g_ties.call, v, elem, alt, pick, 0, v);
 }
 
 /* x rounded to f16 (through its f32 value y, what a device holds), or its
@@ -148,7 +193,7 @@ static double tie_f16_at(int64_t call, double x, float y, int64_t elem) {
     if ((h2 & 0x7fff) >= 0x7c00) return q; // past the largest finite f16
     const double q2 = td_f16_to_f32(h2), lo = fmin(aq, fabs(q2)), ulp = fabs(q2 - q);
     double pick = q;
-    tie_pinned_kind(call, (ax - lo) / ulp, elem, q2, &pick, 1);
+    tie_pinned_kind(call, (ax - lo) / ulp, elem, q2, &pick, 1, x);
     return pick;
 }
 

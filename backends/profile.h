@@ -191,6 +191,9 @@ typedef struct td_act_tie {
     char site[48]; /* in a log: the weight the rounded row multiplies ("" when not named) */
     int f16;     /* 1: an f16 operand rounding (v: ulps above the lower f16 neighbour) */
     char tap[40]; /* the first tap the forward emitted after this rounding ("" = none yet) */
+    char src[40]; /* the tap of this step whose values the rounding read ("" = not known: td_act_ties_source) */
+    int64_t src_elem; /* the element of src (flat index) */
+    double x;     /* the value rounded */
 } td_act_tie;
 
 /* f16 operand roundings (td_act_round_* with TD_ACT_F16: attn-f16's Q and
@@ -229,6 +232,18 @@ void td_act_ties_tap(int layer, const char *name);
 int64_t td_act_ties_reserve(void);
 float td_act_tie_f16_f32(int64_t call, int64_t elem, float x);
 double td_act_tie_f16_f64(int64_t call, int64_t elem, double x);
+
+/* Where the rounded values come from, so that a caller holding an arm's
+ * taps can read which f16 neighbour the arm took (harness/ties.h): the next
+ * rounding call (td_act_round_*) reads tap `name` of block `layer` (-1:
+ * outside the blocks) of this step, its element e being the tap's element
+ * e + offset (none where that is negative). td_act_ties_tap_data records the
+ * buffer each tap was emitted from, and td_act_ties_source_of(data, offset)
+ * names the last tap emitted from `data` (none when no tap was: an
+ * unobserved buffer). No-ops outside a session. */
+void td_act_ties_source(int layer, const char *name, int64_t offset);
+void td_act_ties_tap_data(int layer, const char *name, const void *data);
+void td_act_ties_source_of(const void *data, int64_t offset);
 
 /* x (n) rounded to f16 and back, never logged or pinned: roundings that are
  * exact functions of values the arm and the oracle already share (f16

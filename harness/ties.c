@@ -6,6 +6,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "types.h"
+
 /* Runs the oracle pinned as configured, with `flips`, into path (NULL: taps
  * off); the near-ties it met go to *log. */
 static int rerun(const td_run_config *base, const char *path, const td_act_tie *flips, int n_flips, td_act_tie **log,
@@ -38,6 +40,106 @@ static int same_value(const td_act_tie *a, const td_act_tie *b) {
 
 static double first_ratio(const td_cmp_result *r) { return td_cmp_tap_at(r, r->first)->ratio; }
 
+static int by_source(const void *a, const void *b) {
+    const td_act_tie *x = a, *y = b;
+    if (x->step != y->step) return (x->step > y->step) - (x->step < y->step);
+    return strcmp(x->src, y->src);
+}
+
+/* The tap `name` of `step` of f as doubles (td_xmalloc'd), its count and its
+ * seq; NULL when the file has no such tap or no data for it. */
+static double *read_tap(const td_tapfile *f, int64_t step, const char *name, uint64_t *count, int64_t *seq) {
+    td_tap_info ti;
+    td_err ignored;
+    if (step >= td_tapfile_n_steps(f) || td_tapfile_tap(f, step, name, &ti, &ignored) != TD_OK || !ti.has_data ||
+        !ti.count)
+        return NULL;
+    double *d = td_xmalloc(ti.count * sizeof *d);
+    if (td_tapfile_read_f64(f, step, name, d, ti.count, &ignored) != TD_OK) {
+        free(d);
+        return NULL;
+    }
+    *count = ti.count;
+    *seq = ti.seq;
+    return d;
+}
+
+/* Adds to rep->flips the f16 near ties of log whose input the arm tapped
+ * (td_act_tie.src) before the first divergent tap `first` of the comparison
+ * (a value the comparison found honest) and rounded to the tie's other
+ * neighbour (ties.h); the oracle's own tap at that element must hold the
+ * value it rounded, so a source named wrongly pins nothing. *added: how many. */
+static int read_arm_side(const char *b_path, const char *oracle_path, const td_cmp_tap *first, const td_act_tie *log,
+                         int n_log, td_ties_report *rep, int *added, td_err *err) {
+    *added = 0;
+    td_act_tie *cand = td_xmalloc(((size_t)n_log + 1) * sizeof *cand);
+    int n = 0;
+    for (int i = 0; i < n_log; i++) {
+        int taken = !log[i].f16 || !log[i].src[0];
+        for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
+        if (!taken) cand[n++] = log[i];
+    }
+    td_tapfile *fb = NULL, *fo = NULL;
+    int rc = TD_OK;
+    if (n && (rc = td_tapfile_open(&fb, b_path, err)) == TD_OK) rc = td_tapfile_open(&fo, oracle_path, err);
+    qsort(cand, (size_t)n, sizeof *cand, by_source);
+    for (int g0 = 0, g1; rc == TD_OK && g0 < n; g0 = g1) {
+        for (g1 = g0 + 1; g1 < n && !by_source(&cand[g0], &cand[g1]);) g1++;
+        if (cand[g0].step > first->step) break; // sorted by step: the rest is later still
+        uint64_t nb = 0, no = 0;
+        int64_t seq = 0, seq_o = 0;
+        double *b = read_tap(fb, cand[g0].step, cand[g0].src, &nb, &seq),
+               *o = read_tap(fo, cand[g0].step, cand[g0].src, &no, &seq_o);
+        const int honest = cand[g0].step < first->step || seq < first->seq;
+        for (int i = g0; honest && b && o && nb == no && i < g1 && rep->n_flips < TD_TIES_MAX; i++) {
+            const td_act_tie *t = &cand[i];
+            if (t->src_elem >= (int64_t)nb || o[t->src_elem] != t->x) continue;
+            // the arm rounds its f32 value to nearest even, as the device converts it
+            if ((double)td_f16_to_f32(td_f32_to_f16((float)b[t->src_elem])) != t->pick) continue;
+            rep->read[rep->n_flips] = 1;
+            rep->flips[rep->n_flips++] = *t;
+            (*added)++;
+        }
+        free(b);
+        free(o);
+    }
+    td_tapfile_close(fb);
+    td_tapfile_close(fo);
+    free(cand);
+    return rc;
+}
+
+/* The f16 ties whose side the arm's taps show, all at once, then again: pins
+ * move the values after them and the first divergence, so each round reads
+ * the near ties of the last rerun before the last comparison's first
+ * divergent tap. *log is the last rerun's (replaced). */
+static int read_rounds(const td_run_config *oracle, const td_run_config *control, const char *b_path,
+                       const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_act_tie **log, int *n_log,
+                       td_err *err) {
+    int rc = TD_OK;
+    for (int round = 0; rc == TD_OK && (*r)->verdict != TD_OK && round < TD_TIES_READ_ROUNDS; round++) {
+        int added = 0;
+        if ((rc = read_arm_side(b_path, oracle->tap_path, td_cmp_tap_at(*r, (*r)->first), *log, *n_log, rep, &added,
+                                err)) ||
+            !added)
+            break;
+        rep->n_read += added;
+        free(*log);
+        *log = NULL;
+        rc = rerun(oracle, oracle->tap_path, rep->flips, rep->n_flips, log, n_log, err);
+        if (rc == TD_OK) rc = rerun(control, control->tap_path, rep->flips, rep->n_flips, NULL, NULL, err);
+        rep->n_reruns++;
+        if (rc == TD_OK) {
+            td_cmp_options o2 = *o;
+            o2.control = control->tap_path;
+            td_cmp_result_free(*r);
+            *r = NULL;
+            rc = td_compare(oracle->tap_path, b_path, &o2, r, err);
+        }
+    }
+    return rc;
+}
+
 int td_ties_follow(const td_run_config *oracle, const td_run_config *control, const char *b_path,
                    const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_err *err) {
     memset(rep, 0, sizeof *rep);
@@ -49,6 +151,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     td_act_tie *log = NULL;
     int n_log = 0, rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
+    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, err) : rc;
     while (rc == TD_OK && (*r)->verdict != TD_OK && rep->n_flips < TD_TIES_MAX) {
         const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
         const int64_t step = first->step;
@@ -117,6 +220,8 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
             }
         }
         if (!kept) break;
+        // the first divergence moved: the arm's taps before it may show more ties
+        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, err);
     }
     td_ties_keep_near(rep, log, n_log);
     free(log);
@@ -128,20 +233,30 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
 void td_ties_describe(const td_ties_report *rep, char *buf, size_t n) {
     size_t w = 0;
     if (n) buf[0] = '\0';
+    if (rep->n_read && n) {
+        // one line for the ties read from the arm's taps: there can be hundreds
+        int k = snprintf(buf, n, "%d f16 operand rounding(s) taken the arm's way, as its own taps show", rep->n_read);
+        if (k < 0 || (size_t)k >= n) return;
+        w = (size_t)k;
+    }
     for (int i = 0; i < rep->n_flips && w < n;) {
+        if (rep->read[i]) {
+            i++;
+            continue;
+        }
         const td_act_tie *t = &rep->flips[i];
         // the attention's probabilities are named (query-head pair << 32) + cache position
         int k = t->f16 && t->elem >> 32
                     ? snprintf(buf + w, n - w, "%sstep %lld: f16 probability %.9g ulps above the lower f16 (token-head pair %lld, position %lld, before %s) in call(s)",
-                               i ? "; " : "", (long long)t->step, t->v, (long long)(t->elem >> 32), (long long)(t->elem & 0xffffffff), t->tap)
+                               w ? "; " : "", (long long)t->step, t->v, (long long)(t->elem >> 32), (long long)(t->elem & 0xffffffff), t->tap)
               : t->f16 ? snprintf(buf + w, n - w, "%sstep %lld: f16 operand %.9g ulps above the lower f16 (element %lld, before %s) in call(s)",
-                                  i ? "; " : "", (long long)t->step, t->v, (long long)t->elem, t->tap)
+                                  w ? "; " : "", (long long)t->step, t->v, (long long)t->elem, t->tap)
               : t->elem >= 0 ? snprintf(buf + w, n - w, "%sstep %lld: activation code x/d = %.9g (element %lld) in row(s)",
-                                        i ? "; " : "", (long long)t->step, t->v, (long long)t->elem)
+                                        w ? "; " : "", (long long)t->step, t->v, (long long)t->elem)
                              : snprintf(buf + w, n - w, "%sstep %lld: f16 block scale %.9g ulps above the lower f16 (block %lld) in row(s)",
-                                        i ? "; " : "", (long long)t->step, t->v, (long long)(-1 - t->elem));
+                                        w ? "; " : "", (long long)t->step, t->v, (long long)(-1 - t->elem));
         // the copies of one tie (the same value rounded for several matmuls) on one line
-        for (; k >= 0 && i < rep->n_flips && same_value(t, &rep->flips[i]); i++) {
+        for (; k >= 0 && i < rep->n_flips && !rep->read[i] && same_value(t, &rep->flips[i]); i++) {
             w += (size_t)k;
             if (w >= n) return;
             k = snprintf(buf + w, n - w, " %lld", (long long)rep->flips[i].call);

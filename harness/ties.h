@@ -19,7 +19,24 @@
  * different sides of, one f16 ulp apart. Those take part too
  * (profile.h TD_ACT_TIES_F16_TAU), after the codes and scales: first the ones
  * rounded right before the divergent tap, then any of that step or an
- * earlier one, nearest first. */
+ * earlier one, nearest first.
+ *
+ * Before that search, the oracle reads the arm's side of those f16 ties
+ * where the arm's taps show it: an f16 rounding whose input is a tap of the
+ * step (mm-f16's matmul inputs attn_norm, attn_ctx, ffn_norm, ffn_act,
+ * out.norm; attn-f16's Q, K and V rows from attn_q_rope, attn_k_rope,
+ * attn_v) rounds, on the arm, the arm's own tapped f32 value; where the
+ * oracle's value is a near tie (TD_ACT_TIES_F16_TAU) and the arm's value
+ * rounds to the tie's other neighbour, the oracle and the control take that
+ * neighbour, when that tap comes before the first divergent one (a value
+ * the comparison found honest). Every such tie at once, then again with the
+ * values the pins moved and the first divergence they moved
+ * (TD_TIES_READ_ROUNDS at most). A bug cannot hide behind it: a pin is the
+ * rounding of a value judged conformant at its own tap, before the first
+ * divergence; an arm value that rounds to neither neighbour pins nothing;
+ * and the control takes the same side, so budgets after the tie stay what
+ * they were. The attention's probabilities are not tapped: their ties are
+ * left to the search. */
 #ifndef TD_TIES_H
 #define TD_TIES_H
 
@@ -27,7 +44,8 @@
 #include "profile.h"
 #include "runner.h"
 
-#define TD_TIES_MAX 64         /* flips kept at most */
+#define TD_TIES_MAX 1024       /* flips kept at most (most of them read from the arm's taps) */
+#define TD_TIES_READ_ROUNDS 8  /* oracle reruns that read the arm's side of f16 roundings */
 #define TD_TIES_CANDIDATES 6   /* near-ties tried per divergent step */
 #define TD_TIES_TAU (1.0 / 1024) /* near: within 2^-10 of the tie (code units / f16 ulps) */
 /* Recorded in a tap file: within 2^-14, where f32 rounding of the inputs
@@ -41,6 +59,8 @@ typedef struct td_ties_report {
     int n_flips;
     td_act_tie flips[TD_TIES_MAX];
     int n_reruns; /* oracle runs the search made */
+    int n_read;   /* of the flips, those read from the arm's taps */
+    unsigned char read[TD_TIES_MAX]; /* 1: flips[i] was read from the arm's taps, 0: found by the search */
     int n_near;   /* the final oracle run's near ties (TD_TIES_NOTE_TAU), nearest first */
     td_act_tie near[TD_TIES_NEAR_MAX];
 } td_ties_report;

@@ -682,7 +682,10 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
                 r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
             }
             td_act_ties_site(W->cname); // a near tie's log entry names the matmul it fed
-            for (int64_t t = 0; t < T; t++) ACT_ROUND(r->qin + t * n_in, in + t * n_in, n_in, fmt);
+            for (int64_t t = 0; t < T; t++) {
+                td_act_ties_source_of(in, t * n_in); // row t of the tap `in` was emitted as, if any
+                ACT_ROUND(r->qin + t * n_in, in + t * n_in, n_in, fmt);
+            }
             in = r->qin;
         }
     }
@@ -717,6 +720,7 @@ static int rmsnorm_rows(ref_backend *r, real *out, const real *x, const td_tenso
 static void tap2(td_tap_sink *s, int layer, const char *name, const real *data, int64_t d0, int64_t d1) {
     const int64_t shape[2] = {d0, d1};
     td_act_ties_tap(layer, name); // names the rounding ties before it (profile.h)
+    td_act_ties_tap_data(layer, name, data);
     TD_TAP(s, layer, name, REAL_DTYPE, data, 2, shape);
 }
 
@@ -952,8 +956,12 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         // cache rows and the probabilities in f16 (the cache itself keeps
         // its precision); q is not read after attention
         const int64_t n_kv = pos0 + T;
+        // the arm's side of each rounding shows in its Q, K and V taps of this step (ties.h)
+        td_act_ties_source_of(a->q, 0);
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        td_act_ties_source(l, "attn_k_rope", -pos0 * Hkv * D);
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
+        td_act_ties_source(l, "attn_v", -pos0 * Hkv * D);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = r->k16, .v = r->v16, .T = T, .H = H, .Hkv = Hkv,
                      .D = D, .probs16 = 1, .sel = sel, .sel_w = sel_w,

@@ -16,6 +16,7 @@
 #include "backend.h"
 #include "fixtures.h"
 #include "model.h"
+#include "profile.h"
 #include "reference.h"
 #include "runner.h"
 #include "tapfile.h"
@@ -944,4 +945,62 @@ Test(reference, threads_are_bitwise_identical_stories260K, .init = make_tmpdir, 
     if (!path) cr_skip_test("stories260K.gguf is not in $TD_SHARED/models");
     check_threads_bitwise(path, "ref", NULL);
     check_threads_bitwise(path, "ref32", NULL);
+}
+
+/* ------------------------------------------------------------------------ */
+/* f16 tie sources (profile.h td_act_ties_source): what the arm's taps show   */
+
+/* Every f16 near tie the reference logs with a source names a tap of its
+ * step and an element of it that holds exactly the value it rounded, so a
+ * reader of an arm's taps (harness/ties.h) sees the arm's side of that very
+ * rounding; each kind of rounding point has one: mm-f16's inputs (attn_norm,
+ * attn_ctx, ffn_norm, ffn_act, out.norm) and attn-f16's Q, K and V rows. */
+Test(reference, f16_tie_sources_name_the_tapped_values, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512], taps[600];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("llama-f32", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    snprintf(taps, sizeof taps, "%s/ref.h5", tmpdir);
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = 3 + 7 * i;
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = path;
+    c.backend = "ref";
+    c.profile = "attn-f16+mm-f16@0";
+    c.prompt = prompt;
+    c.n_prompt = 16;
+    c.n_steps = 2;
+    c.tap_path = taps;
+    td_run_result r;
+    td_act_tie *log = NULL;
+    int n = 0;
+    td_act_ties_begin(NULL, 0, 1.0 / 1024);
+    int rc = td_run(&c, &r, &err);
+    td_act_ties_end(&log, &n);
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    td_run_result_free(&r);
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, taps, &err), TD_OK, "%s", err.msg);
+    const char *kinds[] = {"attn_norm", "attn_q_rope", "attn_k_rope", "attn_v", "attn_ctx", "ffn_norm", "ffn_act", "out.norm"};
+    int seen[8] = {0}, n_src = 0;
+    for (int i = 0; i < n; i++) {
+        const td_act_tie *t = &log[i];
+        if (!t->f16 || !t->src[0]) continue;
+        n_src++;
+        td_tap_info ti;
+        cr_assert_eq(td_tapfile_tap(f, t->step, t->src, &ti, &err), TD_OK, "tie %d: %s", i, err.msg);
+        cr_assert(t->src_elem >= 0 && (uint64_t)t->src_elem < ti.count, "tie %d: element %lld of %s (%llu)", i,
+                  (long long)t->src_elem, t->src, (unsigned long long)ti.count);
+        double *d = malloc(ti.count * sizeof *d);
+        cr_assert_eq(td_tapfile_read_f64(f, t->step, t->src, d, ti.count, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(d[t->src_elem], t->x, "tie %d (step %lld, before %s): %s[%lld] = %.17g, rounded %.17g", i,
+                     (long long)t->step, t->tap, t->src, (long long)t->src_elem, d[t->src_elem], t->x);
+        free(d);
+        const char *base = strncmp(t->src, "blk.", 4) ? t->src : strchr(t->src + 4, '.') + 1;
+        for (int k = 0; k < 8; k++) seen[k] += !strcmp(base, kinds[k]);
+    }
+    td_tapfile_close(f);
+    free(log);
+    cr_log_info("%d f16 near ties, %d with a source", n, n_src);
+    for (int k = 0; k < 8; k++) cr_assert_gt(seen[k], 0, "no near tie read from %s", kinds[k]);
 }
