@@ -86,6 +86,51 @@ typedef struct {
     int64_t n;
 } step_cache;
 
+// The catalog: what the checker learnt about every step and tap, handed to
+// the reader so that it does not ask the HDF5 library a second time (opening
+// a dataset and reading its 15 attributes cost more than comparing its
+// values). The checker writes it to an unnamed temporary file, which grows
+// with the tap file; the reader keeps one step of it in memory. A tap whose
+// values lie contiguous in the file as little-endian numbers carries their
+// byte offset, and is read with pread: the checker proved the range lies in
+// the file, and reading bytes cannot crash whatever they hold.
+typedef struct {
+    td_tap_info info;
+    int64_t raw_off;    // offset of the values in the tap file; -1: read them through HDF5
+    int64_t contiguous; // stored contiguous in the file (the check skips reading the values)
+} cat_tap;
+
+#define CAT_STEP_MAGIC 0x7064745f73746570ull // "pets_tdp"
+#define CAT_END_MAGIC 0x7064745f5f646e65ull  // "end__tdp"
+
+typedef struct {
+    uint64_t magic;     // CAT_STEP_MAGIC
+    int64_t index;
+    td_step_info si;
+    int64_t n;          // cat_tap records that follow, in seq order
+} cat_step;
+
+typedef struct {
+    uint64_t magic;     // CAT_END_MAGIC
+    int64_t n_steps;
+    // the file the checker read: the reader refuses another one at its path
+    uint64_t dev, ino, size;
+    int64_t mtime_s, mtime_ns;
+} cat_end;
+
+typedef struct {
+    int fd;             // the catalog
+    int raw;            // the tap file, for raw reads
+    int64_t n_steps;
+    int64_t *off;       // per step: offset of its cat_step
+    td_step_info *si;   // per step
+    int64_t step;       // the step loaded below, -1: none
+    cat_tap *taps;      // its taps in seq order
+    const cat_tap **by_name;
+    int64_t n;
+    uint64_t raw_values; // read by raw_read so far
+} catalog;
+
 struct td_tapfile {
     char *path;
     hid_t file;
@@ -93,6 +138,7 @@ struct td_tapfile {
     int64_t n_steps;  // complete ones
     char note[512];
     step_cache *sc;
+    catalog *cat;     // NULL: metadata is read through HDF5
 };
 
 static void cache_drop(step_cache *c) {
@@ -162,7 +208,10 @@ static int attr_read(const char *path, hid_t obj, const char *where, const char 
     if (!H5OK(attr = H5Aopen(obj, name, H5P_DEFAULT))) return attr_missing(path, obj, where, name, err);
     if (!H5OK(type = H5Aget_type(attr))) goto close_attr;
     if (!H5OK(space = H5Aget_space(attr))) goto close_type;
-    H5T_class_t got = H5Tget_class(type);
+    // Stored as the type it is read into (what tapdiff writes): a sane
+    // number of the expected class, known in one call instead of four.
+    int as_read = H5Tequal(type, mtype) > 0;
+    H5T_class_t got = as_read ? cls : H5Tget_class(type);
     int rank = H5Sget_simple_extent_ndims(space);
     hssize_t npoints = H5Sget_simple_extent_npoints(space);
     if (got != cls || rank < 0 || rank > 1 || npoints < min_n || npoints > max_n) {
@@ -174,7 +223,7 @@ static int attr_read(const char *path, hid_t obj, const char *where, const char 
         reported = 1;
         goto close_space;
     }
-    if (!numeric_type_sane(type)) {
+    if (!as_read && !numeric_type_sane(type)) {
         td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' has a damaged HDF5 number type", path, where,
                    name);
         reported = 1;
@@ -252,7 +301,19 @@ close_attr:
     return st;
 }
 
+static void cat_free(catalog *c) {
+    if (!c) return;
+    if (c->fd >= 0) close(c->fd);
+    if (c->raw >= 0) close(c->raw);
+    free(c->off);
+    free(c->si);
+    free(c->taps);
+    free(c->by_name);
+    free(c);
+}
+
 static void tapfile_free(td_tapfile *f) {
+    cat_free(f->cat);
     if (f->sc) cache_drop(f->sc);
     free(f->sc);
     if (f->steps >= 0) H5Gclose(f->steps);
@@ -377,6 +438,145 @@ fail:
     return st;
 }
 
+/* --------------------------------------------------------------- catalog */
+
+static int check_file(const td_tapfile *f, int cat_fd, td_err *err);
+
+// An unnamed temporary file for the catalog, or -1 (the reader then asks
+// HDF5 for everything, as it would without one).
+static int cat_create(void) {
+    FILE *t = tmpfile();
+    if (!t) return -1;
+    int fd = fcntl(fileno(t), F_DUPFD_CLOEXEC, 0);
+    fclose(t);
+    return fd;
+}
+
+static int pread_all(int fd, void *buf, size_t n, uint64_t off) {
+    char *p = buf;
+    while (n) {
+        ssize_t r = pread(fd, p, n, (off_t)off);
+        if (r < 0 && errno == EINTR) continue;
+        if (r == 0) errno = 0; // the file ends early
+        if (r <= 0) return -1;
+        p += r;
+        n -= (size_t)r;
+        off += (uint64_t)r;
+    }
+    return 0;
+}
+
+static int pwrite_all(int fd, const void *buf, size_t n, uint64_t off) {
+    const char *p = buf;
+    while (n) {
+        ssize_t w = pwrite(fd, p, n, (off_t)off);
+        if (w < 0 && errno == EINTR) continue;
+        if (w <= 0) return -1;
+        p += w;
+        n -= (size_t)w;
+        off += (uint64_t)w;
+    }
+    return 0;
+}
+
+// Takes the catalog the checker wrote to fd (closed here in every case).
+// A catalog that is incomplete (the checker could not write it all) is
+// dropped: the reader then asks HDF5. A tap file that is not the one the
+// checker read (replaced or rewritten since) is TD_EINPUT.
+static int cat_attach(td_tapfile *f, int fd, td_err *err) {
+    if (fd < 0) return TD_OK;
+    catalog *c = td_xcalloc(1, sizeof *c);
+    c->fd = fd;
+    c->raw = -1;
+    c->step = -1;
+    struct stat cs, rs;
+    cat_end end;
+    int st = TD_OK;
+    if (fstat(fd, &cs) != 0 || cs.st_size < (off_t)sizeof end ||
+        pread_all(fd, &end, sizeof end, (uint64_t)cs.st_size - sizeof end) || end.magic != CAT_END_MAGIC ||
+        end.n_steps < 0)
+        goto drop;
+    c->raw = open(f->path, O_RDONLY | O_CLOEXEC);
+    if (c->raw < 0 || fstat(c->raw, &rs) != 0) goto drop;
+    if ((uint64_t)rs.st_dev != end.dev || (uint64_t)rs.st_ino != end.ino || (uint64_t)rs.st_size != end.size ||
+        (int64_t)rs.st_mtim.tv_sec != end.mtime_s || (int64_t)rs.st_mtim.tv_nsec != end.mtime_ns ||
+        end.n_steps != f->n_steps) {
+        st = td_err_set(err, TD_EINPUT, "tap file %s: changed while it was being checked (another file, size or "
+                        "modification time): not read", f->path);
+        goto drop;
+    }
+    c->n_steps = end.n_steps;
+    c->off = td_xmalloc(sizeof *c->off * (size_t)(c->n_steps ? c->n_steps : 1));
+    c->si = td_xmalloc(sizeof *c->si * (size_t)(c->n_steps ? c->n_steps : 1));
+    uint64_t off = 0, end_off = (uint64_t)cs.st_size - sizeof end;
+    for (int64_t s = 0; s < c->n_steps; s++) {
+        cat_step h;
+        if (end_off - off < sizeof h || pread_all(fd, &h, sizeof h, off) || h.magic != CAT_STEP_MAGIC ||
+            h.index != s || h.n < 0 || h.n != h.si.n_taps || h.n > TD_TAPFILE_MAX_TAPS ||
+            (uint64_t)h.n * sizeof(cat_tap) > end_off - off - sizeof h)
+            goto drop;
+        c->off[s] = (int64_t)off;
+        c->si[s] = h.si;
+        off += sizeof h + (uint64_t)h.n * sizeof(cat_tap);
+    }
+    if (off != end_off) goto drop;
+    f->cat = c;
+    return TD_OK;
+drop:
+    cat_free(c);
+    return st;
+}
+
+static int cat_by_name(const void *a, const void *b) {
+    return strcmp((*(const cat_tap *const *)a)->info.name, (*(const cat_tap *const *)b)->info.name);
+}
+
+static int step_range(const td_tapfile *f, int64_t step, td_err *err) {
+    if (step >= 0 && step < f->n_steps) return TD_OK;
+    return td_err_set(err, TD_EINPUT, "tap file %s: step %" PRId64 " requested, the file has %" PRId64
+                      " complete steps", f->path, step, f->n_steps);
+}
+
+// Loads the taps of `step` (in range) from the catalog.
+static int cat_load(const td_tapfile *f, int64_t step, td_err *err) {
+    catalog *c = f->cat;
+    if (c->step == step) return TD_OK;
+    c->step = -1;
+    int64_t n = c->si[step].n_taps;
+    c->taps = td_xrealloc(c->taps, sizeof *c->taps * (size_t)(n ? n : 1));
+    c->by_name = td_xrealloc(c->by_name, sizeof *c->by_name * (size_t)(n ? n : 1));
+    if (pread_all(c->fd, c->taps, sizeof *c->taps * (size_t)n, (uint64_t)c->off[step] + sizeof(cat_step)))
+        return td_err_set(err, TD_EINTERNAL, "tap file %s: cannot read back its catalog: %s", f->path,
+                          strerror(errno ? errno : EIO));
+    for (int64_t i = 0; i < n; i++) c->by_name[i] = &c->taps[i];
+    qsort(c->by_name, (size_t)n, sizeof *c->by_name, cat_by_name);
+    c->n = n;
+    c->step = step;
+    return TD_OK;
+}
+
+// The tap called name in step, from the catalog; the reader's message when
+// there is none.
+static int cat_find(const td_tapfile *f, int64_t step, const char *name, const cat_tap **out, td_err *err) {
+    int st = step_range(f, step, err);
+    if (!st) st = cat_load(f, step, err);
+    if (st) return st;
+    cat_tap key;
+    const cat_tap *kp = &key, *const *hit = NULL;
+    if (name && strlen(name) < sizeof key.info.name) {
+        strcpy(key.info.name, name);
+        hit = bsearch(&kp, f->cat->by_name, (size_t)f->cat->n, sizeof kp, cat_by_name);
+    }
+    if (!hit) {
+        char sname[32];
+        step_name(sname, step);
+        return td_err_set(err, TD_EINPUT, "tap file %s: step %s has no tap '%s'", f->path, sname,
+                          name ? name : "(null)");
+    }
+    *out = *hit;
+    return TD_OK;
+}
+
 /* ------------------------------------------------------ isolated check */
 
 // The HDF5 library trusts lengths stored in the file (a variable-length
@@ -389,7 +589,7 @@ fail:
 // not ours to print; the verdict comes back on a pipe as "OK" or
 // "<status> <message>".
 
-static int check_child(int fd, const char *path) {
+static int check_child(int fd, const char *path, int cat_fd) {
     int devnull = open("/dev/null", O_WRONLY);
     if (devnull >= 0) {
         dup2(devnull, STDERR_FILENO);
@@ -398,7 +598,7 @@ static int check_child(int fd, const char *path) {
     td_err e = {{0}};
     td_tapfile *f = NULL;
     int st = open_inprocess(&f, path, &e);
-    if (!st) st = td_tapfile_check(f, &e);
+    if (!st) st = check_file(f, cat_fd, &e);
     // Closing frees the library's cached metadata, which a damaged file can
     // have corrupted: that crash must happen here, not in the parent's close.
     if (f) td_tapfile_close(f);
@@ -411,7 +611,7 @@ static int check_child(int fd, const char *path) {
     _exit(0);
 }
 
-static int open_checked(const char *path, td_err *err) {
+static int open_checked(const char *path, int cat_fd, td_err *err) {
     int fds[2];
     if (pipe(fds) != 0)
         return td_err_set(err, TD_EINTERNAL, "tap file %s: cannot create a pipe: %s", path, strerror(errno));
@@ -436,7 +636,7 @@ static int open_checked(const char *path, td_err *err) {
         struct rlimit rl = {cpu, cpu + 5};
         setrlimit(RLIMIT_CPU, &rl);
         alarm((unsigned)(20 * cpu + 600));
-        check_child(fds[1], path);
+        check_child(fds[1], path, cat_fd);
     }
     close(fds[1]);
     char buf[sizeof err->msg + 16];
@@ -479,13 +679,20 @@ int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
         return td_err_set(err, TD_EINPUT, "tap file %s: cannot open it: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode)) return td_err_set(err, TD_EINPUT, "tap file %s: not a regular file", path);
     const char *inproc = getenv("TD_TAPFILE_INPROCESS");
+    int cat_fd = cat_create(), st;
     if (!(inproc && strcmp(inproc, "1") == 0)) {
-        int st = open_checked(path, err);
-        if (st) return st;
-        return open_inprocess(out, path, err);
+        st = open_checked(path, cat_fd, err);
+        if (!st) st = open_inprocess(out, path, err);
+    } else {
+        st = open_inprocess(out, path, err);
+        if (!st) st = check_file(*out, cat_fd, err);
     }
-    int st = open_inprocess(out, path, err);
-    if (!st && (st = td_tapfile_check(*out, err))) {
+    if (st) {
+        if (cat_fd >= 0) close(cat_fd);
+    } else {
+        st = cat_attach(*out, cat_fd, err);
+    }
+    if (st && *out) {
         td_tapfile_close(*out);
         *out = NULL;
     }
@@ -506,6 +713,10 @@ int64_t td_tapfile_n_steps(const td_tapfile *f) {
 
 const char *td_tapfile_note(const td_tapfile *f) {
     return f->note;
+}
+
+uint64_t td_tapfile_raw_values(const td_tapfile *f) {
+    return f->cat ? f->cat->raw_values : 0;
 }
 
 /* ------------------------------------------------------ root attributes */
@@ -617,9 +828,8 @@ void td_tapfile_free_names(char **names, int n) {
 
 static int open_step(const td_tapfile *f, int64_t step, hid_t *g, char name[32], td_err *err) {
     step_name(name, step);
-    if (step < 0 || step >= f->n_steps)
-        return td_err_set(err, TD_EINPUT, "tap file %s: step %" PRId64 " requested, the file has %" PRId64
-                          " complete steps", f->path, step, f->n_steps);
+    int st = step_range(f, step, err);
+    if (st) return st;
     if (!H5OK(*g = H5Gopen2(f->steps, name, H5P_DEFAULT)))
         return td_err_set(err, TD_EINPUT, "tap file %s: cannot open /steps/%s (%s)", f->path, name,
                           td_taps_h5_last());
@@ -627,6 +837,11 @@ static int open_step(const td_tapfile *f, int64_t step, hid_t *g, char name[32],
 }
 
 int td_tapfile_step(const td_tapfile *f, int64_t step, td_step_info *info, td_err *err) {
+    if (f->cat) {
+        int st = step_range(f, step, err);
+        if (!st) *info = f->cat->si[step];
+        return st;
+    }
     char name[32], where[48];
     hid_t g;
     int st = open_step(f, step, &g, name, err);
@@ -778,10 +993,11 @@ out:
     return st;
 }
 
-static int open_tap(const td_tapfile *f, hid_t g, const char *step, const char *name, hid_t *dset,
+// listed: the name came from listing the group, so it exists (no lookup).
+static int open_tap(const td_tapfile *f, hid_t g, const char *step, const char *name, int listed, hid_t *dset,
                     td_tap_info *info, td_err *err) {
-    htri_t ex = 0;
-    if (!name || !*name || strchr(name, '/') || !H5OK(ex = H5Lexists(g, name, H5P_DEFAULT)) || !ex)
+    htri_t ex = 1;
+    if (!name || !*name || strchr(name, '/') || (!listed && !H5OK(ex = H5Lexists(g, name, H5P_DEFAULT))) || !ex)
         return td_err_set(err, TD_EINPUT, "tap file %s: step %s has no tap '%s'", f->path, step,
                           name ? name : "(null)");
     if (!H5OK(*dset = H5Dopen2(g, name, H5P_DEFAULT)))
@@ -811,8 +1027,18 @@ static int by_seq(const void *a, const void *b) {
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-int td_tapfile_step_taps(const td_tapfile *f, int64_t step, td_tap_info **taps, int64_t *n, td_err *err) {
-    *taps = NULL;
+static int locate(hid_t dset, cat_tap *ct, uint64_t file_size);
+
+static int ct_by_seq(const void *a, const void *b) {
+    return by_seq(&((const cat_tap *)a)->info, &((const cat_tap *)b)->info);
+}
+
+// The taps of a step through HDF5, checked and sorted by seq; the step's
+// group stays open in the step cache. file_size > 0 (the check): also where
+// each tap's values lie, found while its dataset is open.
+static int list_step(const td_tapfile *f, int64_t step, uint64_t file_size, cat_tap **out, int64_t *n,
+                     td_err *err) {
+    *out = NULL;
     *n = 0;
     char name[32];
     hid_t g;
@@ -824,7 +1050,7 @@ int td_tapfile_step_taps(const td_tapfile *f, int64_t step, td_tap_info **taps, 
         return st;
     }
     name_list l = {0};
-    td_tap_info *t = NULL;
+    cat_tap *t = NULL;
     if (!H5OK(LINK_ITERATE(g, H5_INDEX_NAME, H5_ITER_INC, NULL, collect_link, &l))) {
         st = td_err_set(err, TD_EINPUT, "tap file %s: cannot list /steps/%s (%s)", f->path, name, td_taps_h5_last());
         goto out;
@@ -837,25 +1063,27 @@ int td_tapfile_step_taps(const td_tapfile *f, int64_t step, td_tap_info **taps, 
     t = td_xcalloc(l.n ? (size_t)l.n : 1, sizeof *t);
     for (int i = 0; i < l.n; i++) {
         hid_t dset;
-        if ((st = open_tap(f, g, name, l.names[i], &dset, &t[i], err))) goto out;
+        if ((st = open_tap(f, g, name, l.names[i], 1, &dset, &t[i].info, err))) goto out;
+        t[i].raw_off = -1;
+        if (file_size && t[i].info.has_data && t[i].info.count) t[i].contiguous = locate(dset, &t[i], file_size);
         H5Dclose(dset);
     }
-    qsort(t, (size_t)l.n, sizeof *t, by_seq);
+    qsort(t, (size_t)l.n, sizeof *t, ct_by_seq);
     for (int i = 1; i < l.n; i++)
-        if (t[i].seq == t[i - 1].seq) {
+        if (t[i].info.seq == t[i - 1].info.seq) {
             st = td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s: taps '%s' and '%s' share seq %" PRId64, f->path,
-                            name, t[i - 1].name, t[i].name, t[i].seq);
+                            name, t[i - 1].info.name, t[i].info.name, t[i].info.seq);
             goto out;
         }
     cache_drop(f->sc);
-    f->sc->taps = td_xmalloc(sizeof *t * (size_t)(l.n ? l.n : 1));
-    memcpy(f->sc->taps, t, sizeof *t * (size_t)l.n);
-    qsort(f->sc->taps, (size_t)l.n, sizeof *t, by_name);
+    f->sc->taps = td_xmalloc(sizeof *f->sc->taps * (size_t)(l.n ? l.n : 1));
+    for (int i = 0; i < l.n; i++) f->sc->taps[i] = t[i].info;
+    qsort(f->sc->taps, (size_t)l.n, sizeof *f->sc->taps, by_name);
     f->sc->n = l.n;
     f->sc->step = step;
     f->sc->g = g;
     g = H5I_INVALID_HID;
-    *taps = t;
+    *out = t;
     *n = l.n;
     t = NULL;
 out:
@@ -865,12 +1093,37 @@ out:
     return st;
 }
 
+int td_tapfile_step_taps(const td_tapfile *f, int64_t step, td_tap_info **taps, int64_t *n, td_err *err) {
+    *taps = NULL;
+    *n = 0;
+    cat_tap *ct = NULL;
+    int st;
+    if (f->cat) {
+        if ((st = step_range(f, step, err)) || (st = cat_load(f, step, err))) return st;
+        ct = f->cat->taps;
+        *n = f->cat->n;
+    } else if ((st = list_step(f, step, 0, &ct, n, err))) {
+        return st;
+    }
+    td_tap_info *t = td_xmalloc(sizeof *t * (size_t)(*n ? *n : 1));
+    for (int64_t i = 0; i < *n; i++) t[i] = ct[i].info;
+    if (!f->cat) free(ct);
+    *taps = t;
+    return TD_OK;
+}
+
 int td_tapfile_tap(const td_tapfile *f, int64_t step, const char *name, td_tap_info *info, td_err *err) {
+    if (f->cat) {
+        const cat_tap *ct;
+        int st = cat_find(f, step, name, &ct, err);
+        if (!st) *info = ct->info;
+        return st;
+    }
     char sname[32];
     hid_t g, dset;
     int st = open_step(f, step, &g, sname, err);
     if (st) return st;
-    if (!(st = open_tap(f, g, sname, name, &dset, info, err))) H5Dclose(dset);
+    if (!(st = open_tap(f, g, sname, name, 0, &dset, info, err))) H5Dclose(dset);
     H5Gclose(g);
     return st;
 }
@@ -879,16 +1132,79 @@ int td_tapfile_tap(const td_tapfile *f, int64_t step, const char *name, td_tap_i
 
 #define ALL_ROWS INT64_MIN
 
+// n values of a raw tap from value `first` on, as double or int64 (as_int),
+// each exactly as HDF5 converts it (a C cast). The stored bytes are read
+// into the tail of dst and widened in place from the front: value i is
+// loaded before its 8 bytes are written, and those end at or before where
+// value i + 1 starts. -1 with errno (0: the file ends early).
+static int raw_read(int fd, int64_t off, td_dtype dt, uint64_t first, uint64_t n, void *dst, int as_int) {
+    const size_t es = td_dtype_size(dt);
+    unsigned char *out = dst, *in = out + n * (8 - es);
+    if (pread_all(fd, in, n * es, (uint64_t)off + first * es)) return -1;
+    switch (dt) {
+    case TD_DT_F64:
+    case TD_DT_I64:
+        if (dt == TD_DT_I64 && !as_int)
+            for (uint64_t i = 0; i < n; i++) {
+                int64_t v;
+                memcpy(&v, in + 8 * i, 8);
+                double d = (double)v;
+                memcpy(out + 8 * i, &d, 8);
+            }
+        break;
+    case TD_DT_F32:
+        for (uint64_t i = 0; i < n; i++) {
+            float v;
+            memcpy(&v, in + 4 * i, 4);
+            double d = v;
+            memcpy(out + 8 * i, &d, 8);
+        }
+        break;
+    case TD_DT_F16:
+    case TD_DT_BF16:
+        for (uint64_t i = 0; i < n; i++) {
+            uint16_t v;
+            memcpy(&v, in + 2 * i, 2);
+            double d = dt == TD_DT_F16 ? td_taps_f16_to_f64(v) : td_taps_bf16_to_f64(v);
+            memcpy(out + 8 * i, &d, 8);
+        }
+        break;
+    case TD_DT_I32:
+        for (uint64_t i = 0; i < n; i++) {
+            int32_t v;
+            memcpy(&v, in + 4 * i, 4);
+            if (as_int) {
+                int64_t w = v;
+                memcpy(out + 8 * i, &w, 8);
+            } else {
+                double d = v;
+                memcpy(out + 8 * i, &d, 8);
+            }
+        }
+        break;
+    }
+    return 0;
+}
+
 // Rows [row0, row0 + n_rows) of the outermost dimension (n_rows = ALL_ROWS:
 // all of them) into dst, as double (as_int = 0) or int64 (as_int = 1).
 static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_t row0, int64_t n_rows, void *dst,
                      uint64_t count, int as_int, td_err *err) {
     char sname[32];
-    hid_t g, dset;
+    hid_t g = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     td_tap_info t;
+    int64_t raw_off = -1;
     int st, own_g = 1;
-    const td_tap_info *known = name ? cache_find(f->sc, step, name) : NULL;
-    if (known) {
+    const td_tap_info *known = name && !f->cat ? cache_find(f->sc, step, name) : NULL;
+    if (f->cat) {
+        // the dataset is opened below only if its values need HDF5
+        const cat_tap *ct;
+        if ((st = cat_find(f, step, name, &ct, err))) return st;
+        step_name(sname, step);
+        own_g = 0;
+        t = ct->info;
+        raw_off = ct->raw_off;
+    } else if (known) {
         step_name(sname, step);
         g = f->sc->g;
         own_g = 0;
@@ -898,7 +1214,7 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
                               td_taps_h5_last());
     } else {
         if ((st = open_step(f, step, &g, sname, err))) return st;
-        if ((st = open_tap(f, g, sname, name, &dset, &t, err))) {
+        if ((st = open_tap(f, g, sname, name, 0, &dset, &t, err))) {
             H5Gclose(g);
             return st;
         }
@@ -932,6 +1248,31 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
     if (want == 0) {
         st = TD_OK;
         goto out;
+    }
+    if (raw_off >= 0) {
+        if (raw_read(f->cat->raw, raw_off, t.dtype, (uint64_t)row0 * inner, want, dst, as_int) == 0) {
+            f->cat->raw_values += want;
+            st = TD_OK;
+        } else {
+            td_err_set(err, st, "tap file %s: step %s: cannot read tap '%s' (%s)", f->path, sname, name,
+                       errno ? strerror(errno) : "the file ends before its values");
+        }
+        goto out;
+    }
+    if (dset < 0) {
+        // Catalog, not raw: the step's group stays open for its next reads.
+        if (f->sc->step != step) {
+            cache_drop(f->sc);
+            if ((st = open_step(f, step, &f->sc->g, sname, err))) goto out;
+            f->sc->step = step;
+            st = TD_EINPUT;
+        }
+        g = f->sc->g;
+        if (!H5OK(dset = H5Dopen2(g, name, H5P_DEFAULT))) {
+            td_err_set(err, st, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, sname, name,
+                       td_taps_h5_last());
+            goto out;
+        }
     }
     hsize_t start[TD_TAP_MAX_DIMS] = {0}, cnt[TD_TAP_MAX_DIMS];
     for (int d = 0; d < t.ndim; d++) cnt[d] = (hsize_t)t.shape[d];
@@ -971,8 +1312,8 @@ out:
     free(bits);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    H5Dclose(dset);
-    if (own_g) H5Gclose(g);
+    if (dset >= 0) H5Dclose(dset);
+    if (own_g && g >= 0) H5Gclose(g);
     return st;
 }
 
@@ -1003,25 +1344,35 @@ int td_tapfile_read_i64(const td_tapfile *f, int64_t step, const char *name, int
 // range HDF5 bounds-checks; what can crash the library (B-tree chunk indexes,
 // filters on hostile bytes) sits only in chunked or compact storage, which
 // the checker still reads in full. So the common file (tapdiff run writes its
-// taps stored and contiguous) has its data read once, by the verb.
-static int contiguous_in_file(const td_tapfile *f, int64_t step, const td_tap_info *t, uint64_t file_size) {
-    if (f->sc->step != step || f->sc->g < 0) return 0;
-    hid_t dset = H5Dopen2(f->sc->g, t->name, H5P_DEFAULT);
-    if (!H5OK(dset)) return 0;
+// taps stored and contiguous) has its data read once, by the verb. Sets
+// ct->raw_off where the reader can take the bytes without HDF5.
+static int locate(hid_t dset, cat_tap *ct, uint64_t file_size) {
+    const td_tap_info *t = &ct->info;
     int ok = 0;
     haddr_t off = H5Dget_offset(dset);
     hsize_t size = H5Dget_storage_size(dset);
-    hid_t dcpl = H5I_INVALID_HID;
+    hid_t dcpl = H5I_INVALID_HID, type = H5I_INVALID_HID;
     if (off != HADDR_UNDEF && size == t->count * td_dtype_size(t->dtype) && off <= file_size &&
         size <= file_size - off && H5OK(dcpl = H5Dget_create_plist(dset)))
         ok = H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_external_count(dcpl) == 0;
+    // The reader takes the bytes as they are where they are numbers of this
+    // machine's order (load_tap checked the class, size and sign).
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (ok && H5OK(type = H5Dget_type(dset)) && H5Tget_order(type) == H5T_ORDER_LE) ct->raw_off = (int64_t)off;
+#endif
+    if (type >= 0) H5Tclose(type);
     if (dcpl >= 0) H5Pclose(dcpl);
-    H5Dclose(dset);
     H5Eclear2(H5E_DEFAULT);
     return ok;
 }
 
 int td_tapfile_check(const td_tapfile *f, td_err *err) {
+    return check_file(f, -1, err);
+}
+
+// The check; with cat_fd >= 0 it also writes the catalog there (a failed
+// write only leaves the catalog without its end: the reader then drops it).
+static int check_file(const td_tapfile *f, int cat_fd, td_err *err) {
     // Verbs read root attributes outside the schema by name (a golden's
     // calibrations, provenance): each is read here first, so one whose stored
     // length is corrupt stops the checker rather than the verb. One that reads
@@ -1036,7 +1387,10 @@ int td_tapfile_check(const td_tapfile *f, td_err *err) {
     }
     td_tapfile_free_names(names, n_names);
     struct stat sb;
-    uint64_t file_size = stat(f->path, &sb) == 0 ? (uint64_t)sb.st_size : 0;
+    int have_sb = stat(f->path, &sb) == 0;
+    uint64_t file_size = have_sb ? (uint64_t)sb.st_size : 0;
+    int cat_ok = cat_fd >= 0 && have_sb;
+    uint64_t cat_off = 0;
     int64_t last_pos0 = -1, last_seq = INT64_MIN;
     double *buf = td_xmalloc(CHECK_CHUNK_VALUES * sizeof *buf);
     int st = TD_OK;
@@ -1051,18 +1405,18 @@ int td_tapfile_check(const td_tapfile *f, td_err *err) {
             break;
         }
         last_pos0 = si.pos0;
-        td_tap_info *taps = NULL;
+        cat_tap *ct = NULL;
         int64_t n = 0;
-        if ((st = td_tapfile_step_taps(f, s, &taps, &n, err))) break;
-        if (n > 0 && taps[0].seq <= last_seq)
+        if ((st = list_step(f, s, file_size, &ct, &n, err))) break;
+        if (n > 0 && ct[0].info.seq <= last_seq)
             st = td_err_set(err, TD_EINPUT,
                             "tap file %s: step %06" PRId64 ": tap '%s' has seq %" PRId64 ", not after the previous "
                             "step's last seq %" PRId64 " (steps reordered or duplicated)",
-                            f->path, s, taps[0].name, taps[0].seq, last_seq);
-        if (n > 0) last_seq = taps[n - 1].seq;
+                            f->path, s, ct[0].info.name, ct[0].info.seq, last_seq);
+        if (n > 0) last_seq = ct[n - 1].info.seq;
         for (int64_t i = 0; i < n && !st; i++) {
-            const td_tap_info *t = &taps[i];
-            if (!t->has_data || t->count == 0 || contiguous_in_file(f, s, t, file_size)) continue;
+            const td_tap_info *t = &ct[i].info;
+            if (!t->has_data || t->count == 0 || ct[i].contiguous) continue;
             uint64_t inner = t->count / (uint64_t)t->shape[0];
             int64_t rows = inner >= CHECK_CHUNK_VALUES ? 1 : (int64_t)(CHECK_CHUNK_VALUES / inner);
             if (inner > CHECK_CHUNK_VALUES) {
@@ -1077,7 +1431,30 @@ int td_tapfile_check(const td_tapfile *f, td_err *err) {
                 st = td_tapfile_read_rows_f64(f, s, t->name, r, nr, buf, (uint64_t)nr * inner, err);
             }
         }
-        free(taps);
+        if (!st && cat_ok) {
+            cat_step h;
+            memset(&h, 0, sizeof h);
+            h.magic = CAT_STEP_MAGIC;
+            h.index = s;
+            h.si = si;
+            h.n = n;
+            cat_ok = pwrite_all(cat_fd, &h, sizeof h, cat_off) == 0 &&
+                     pwrite_all(cat_fd, ct, sizeof *ct * (size_t)n, cat_off + sizeof h) == 0;
+            cat_off += sizeof h + sizeof *ct * (size_t)n;
+        }
+        free(ct);
+    }
+    if (!st && cat_ok) {
+        cat_end e;
+        memset(&e, 0, sizeof e);
+        e.magic = CAT_END_MAGIC;
+        e.n_steps = f->n_steps;
+        e.dev = (uint64_t)sb.st_dev;
+        e.ino = (uint64_t)sb.st_ino;
+        e.size = (uint64_t)sb.st_size;
+        e.mtime_s = (int64_t)sb.st_mtim.tv_sec;
+        e.mtime_ns = (int64_t)sb.st_mtim.tv_nsec;
+        pwrite_all(cat_fd, &e, sizeof e, cat_off);
     }
     free(buf);
     return st;

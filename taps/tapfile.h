@@ -122,7 +122,14 @@ typedef struct td_tap_info {
  * non-HDF5 file, a file without format = "tapdiff-taps", another
  * format_version, or a damaged step list. A trailing step with complete = 0
  * (the writer stopped during it) is not counted and is reported by
- * td_tapfile_note, not as an error. */
+ * td_tapfile_note, not as an error.
+ * The check hands what it read to the reader through an unnamed temporary
+ * file (the catalog: every step's and tap's checked attributes, and where
+ * the values of a tap stored contiguous as little-endian numbers lie), so
+ * listing steps and taps asks HDF5 nothing more and such values are read
+ * with pread; the reader holds one step of it in memory. Without a
+ * temporary file everything is read through HDF5 as before. A file that is
+ * not the one the check read (another inode, size or mtime) is TD_EINPUT. */
 int td_tapfile_open(td_tapfile **out, const char *path, td_err *err);
 void td_tapfile_close(td_tapfile *f); /* NULL is fine */
 
@@ -139,6 +146,10 @@ const char *td_tapfile_path(const td_tapfile *f);
 int64_t td_tapfile_n_steps(const td_tapfile *f);
 /* "" or one line about what was ignored ("step 000003 is incomplete ..."). */
 const char *td_tapfile_note(const td_tapfile *f);
+/* Values read so far straight from the file's bytes (taps stored contiguous
+ * as little-endian numbers, located by the check), not through HDF5: for
+ * tests and benchmarks. */
+uint64_t td_tapfile_raw_values(const td_tapfile *f);
 
 /* Sets root attribute `key` of the closed tap file at path: a UTF-8 string
  * (str != NULL) or a float64 (*num). Replaces an existing one. */

@@ -168,10 +168,13 @@ static void sample_init(void) {
     }
 }
 
+static int sample_compress = 4; /* the writer's default; 0: stored, as tapdiff run writes */
+
 static void write_sample(const char *path, td_tap_mode mode, const char *filter) {
     sample_init();
     td_err err = {{0}};
     td_tap_options o = td_tap_options_default();
+    o.compress = sample_compress;
     o.mode = mode;
     o.filter = filter;
     td_tap_sink *s = NULL;
@@ -416,6 +419,50 @@ Test(taps, full_roundtrip) {
     cr_expect_eq(td_tapfile_step(f, 3, &si, &err), TD_EINPUT);
     cr_expect(strstr(err.msg, "3 complete steps") != NULL, "%s", err.msg);
     td_tapfile_close(f);
+}
+
+// Stored taps (compress 0, as tapdiff run writes them) are read straight from
+// the file's bytes at the offsets the check found: every dtype must come
+// back as written, whole and by rows, with the check in a child and in
+// process; chunked (deflated) taps still go through HDF5.
+Test(taps, raw_reads_give_the_values_written) {
+    const char *stored = tmp_path("stored.h5"), *deflated = tmp_path("deflated.h5");
+    sample_compress = 0;
+    write_sample(stored, TD_TAP_FULL, NULL);
+    sample_compress = 4;
+    write_sample(deflated, TD_TAP_FULL, NULL);
+    for (int inproc = 0; inproc < 2; inproc++) {
+        if (inproc) setenv("TD_TAPFILE_INPROCESS", "1", 1);
+        check_sample(stored, TD_TAP_FULL, 0, "");
+        td_err err = {{0}};
+        td_tapfile *f = NULL;
+        cr_assert_eq(td_tapfile_open(&f, stored, &err), TD_OK, "%s", err.msg);
+        uint64_t total = 0;
+        for (int k = 0; k < N_SAMPLE; k++) {
+            const sample_tap *t = &sample[k];
+            uint64_t count = sample_count(t);
+            double *x = calloc(count, sizeof *x);
+            cr_assert_eq(td_tapfile_read_f64(f, t->step, t->full, x, count, &err), TD_OK, "%s", err.msg);
+            for (uint64_t i = 0; i < count; i++)
+                cr_expect(same(x[i], sample_value(t, i)), "%s[%llu] = %.17g, want %.17g", t->full,
+                          (unsigned long long)i, x[i], sample_value(t, i));
+            total += count;
+            free(x);
+        }
+        cr_expect_eq(td_tapfile_raw_values(f), total, "in process %d: %llu of %llu values read raw", inproc,
+                     (unsigned long long)td_tapfile_raw_values(f), (unsigned long long)total);
+        double rows[2 * NV];
+        cr_assert_eq(td_tapfile_read_rows_f64(f, 0, "out.logits", 2, 2, rows, 2 * NV, &err), TD_OK, "%s", err.msg);
+        for (int i = 0; i < 2 * NV; i++) cr_expect_eq(rows[i], logit_value(0, 2 * NV + i), "logits[%d]", 2 * NV + i);
+        td_tapfile_close(f);
+
+        cr_assert_eq(td_tapfile_open(&f, deflated, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_tapfile_read_rows_f64(f, 0, "out.logits", 2, 2, rows, 2 * NV, &err), TD_OK, "%s", err.msg);
+        for (int i = 0; i < 2 * NV; i++) cr_expect_eq(rows[i], logit_value(0, 2 * NV + i), "logits[%d]", 2 * NV + i);
+        cr_expect_eq(td_tapfile_raw_values(f), 0, "deflated logits read raw");
+        td_tapfile_close(f);
+    }
+    unsetenv("TD_TAPFILE_INPROCESS");
 }
 
 Test(taps, fingerprint_mode_writes_no_data) {
