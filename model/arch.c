@@ -279,17 +279,16 @@ static td_layer_kind qwen3next_kind(const td_hparams *hp, uint32_t il) {
     return il < 64 * 4 && (hp->recurrent[il / 64] >> (il % 64) & 1) ? TD_LAYER_GDN : TD_LAYER_ATTENTION;
 }
 
-static int bind_gdn(const td_binder *b, const td_hparams *hp, uint32_t il, td_gdn_parts *g) {
+/* The Gated DeltaNet tensors qwen3next and qwen4exp share (the projections
+ * in, the conv, the decay parameters, the output norm and projection); each
+ * binds its own beta/alpha projection(s) first. */
+static int bind_gdn_common(const td_binder *b, const td_hparams *hp, uint32_t il, td_gdn_parts *g) {
     const uint64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
     const uint64_t key_dim = Hk * dk, value_dim = Hv * dk, C = 2 * key_dim + value_dim;
     char n[96];
 #define NM(s) (snprintf(n, sizeof n, "blk.%u." s, il), n)
-    TRY(td_bind_refuse(b, NM("ssm_in.weight"),
-                       "the legacy fused ssm_in layout is not supported (expected attn_qkv + attn_gate)"));
-    TRY(td_bind_tensor(b, NM("attn_norm.weight"), TD_BIND_REQ, 1, E, 0, 0, &g->norm));
     TRY(td_bind_tensor(b, NM("attn_qkv.weight"), TD_BIND_REQ, 2, E, C, 0, &g->wqkv));
     TRY(td_bind_tensor(b, NM("attn_gate.weight"), TD_BIND_REQ, 2, E, value_dim, 0, &g->wgate));
-    TRY(td_bind_tensor(b, NM("ssm_ba.weight"), TD_BIND_REQ, 2, E, 2 * Hv, 0, &g->wba));
     TRY(td_bind_tensor(b, NM("ssm_conv1d.weight"), TD_BIND_REQ, 2, hp->ssm_conv, C, 0, &g->conv));
     TRY(td_bind_tensor(b, NM("ssm_dt.bias"), TD_BIND_REQ, 1, Hv, 0, 0, &g->dt_bias));
     TRY(td_bind_tensor(b, NM("ssm_a"), TD_BIND_REQ, 1, Hv, 0, 0, &g->a));
@@ -297,6 +296,17 @@ static int bind_gdn(const td_binder *b, const td_hparams *hp, uint32_t il, td_gd
     TRY(td_bind_tensor(b, NM("ssm_out.weight"), TD_BIND_REQ, 2, value_dim, E, 0, &g->wout));
 #undef NM
     return TD_OK;
+}
+
+static int bind_gdn(const td_binder *b, const td_hparams *hp, uint32_t il, td_gdn_parts *g) {
+    char n[96];
+#define NM(s) (snprintf(n, sizeof n, "blk.%u." s, il), n)
+    TRY(td_bind_refuse(b, NM("ssm_in.weight"),
+                       "the legacy fused ssm_in layout is not supported (expected attn_qkv + attn_gate)"));
+    TRY(td_bind_tensor(b, NM("attn_norm.weight"), TD_BIND_REQ, 1, hp->n_embd, 0, 0, &g->norm));
+    TRY(td_bind_tensor(b, NM("ssm_ba.weight"), TD_BIND_REQ, 2, hp->n_embd, 2 * (uint64_t)hp->ssm_dt_rank, 0, &g->wba));
+#undef NM
+    return bind_gdn_common(b, hp, il, g);
 }
 
 static int bind_gated_attention(const td_binder *b, const td_hparams *hp, uint32_t il, td_attn_parts *a) {
@@ -622,22 +632,13 @@ static int bind_hc(const td_binder *b, const td_hparams *hp, const char *prefix,
 }
 
 static int bind_q4x_gdn(const td_binder *b, const td_hparams *hp, uint32_t il, td_gdn_parts *g) {
-    const uint64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
-    const uint64_t key_dim = Hk * dk, value_dim = Hv * dk, C = 2 * key_dim + value_dim;
     char n[96];
 #define NM(s) (snprintf(n, sizeof n, "blk.%u." s, il), n)
     TRY(td_bind_refuse(b, NM("ssm_ba.weight"), "qwen4exp has separate ssm_beta and ssm_alpha, not an interleaved ssm_ba"));
-    TRY(td_bind_tensor(b, NM("attn_qkv.weight"), TD_BIND_REQ, 2, E, C, 0, &g->wqkv));
-    TRY(td_bind_tensor(b, NM("attn_gate.weight"), TD_BIND_REQ, 2, E, value_dim, 0, &g->wgate));
-    TRY(td_bind_tensor(b, NM("ssm_beta.weight"), TD_BIND_REQ, 2, E, Hv, 0, &g->wbeta));
-    TRY(td_bind_tensor(b, NM("ssm_alpha.weight"), TD_BIND_REQ, 2, E, Hv, 0, &g->walpha));
-    TRY(td_bind_tensor(b, NM("ssm_conv1d.weight"), TD_BIND_REQ, 2, hp->ssm_conv, C, 0, &g->conv));
-    TRY(td_bind_tensor(b, NM("ssm_dt.bias"), TD_BIND_REQ, 1, Hv, 0, 0, &g->dt_bias));
-    TRY(td_bind_tensor(b, NM("ssm_a"), TD_BIND_REQ, 1, Hv, 0, 0, &g->a));
-    TRY(td_bind_tensor(b, NM("ssm_norm.weight"), TD_BIND_REQ, 1, dk, 0, 0, &g->ssm_norm));
-    TRY(td_bind_tensor(b, NM("ssm_out.weight"), TD_BIND_REQ, 2, value_dim, E, 0, &g->wout));
+    TRY(td_bind_tensor(b, NM("ssm_beta.weight"), TD_BIND_REQ, 2, hp->n_embd, hp->ssm_dt_rank, 0, &g->wbeta));
+    TRY(td_bind_tensor(b, NM("ssm_alpha.weight"), TD_BIND_REQ, 2, hp->n_embd, hp->ssm_dt_rank, 0, &g->walpha));
 #undef NM
-    return TD_OK;
+    return bind_gdn_common(b, hp, il, g);
 }
 
 static int bind_q4x_attention(const td_binder *b, const td_hparams *hp, uint32_t il, td_layer *l) {
