@@ -6,6 +6,7 @@
  * reports/audit_report.c. */
 #include "audit.h"
 #include "compare.h"
+#include "qsa_rank.h"
 
 #include <cjson/cJSON.h>
 #include <errno.h>
@@ -762,8 +763,9 @@ static int64_t qsa_row(const qsa_arm *a, int64_t t, int64_t W, int64_t p, int64_
 static int qsa_cut(const double *bs, int64_t nb, int64_t left, int64_t r, int64_t *order, double *min_gap, int *f16,
                    double *s_max) {
     for (int64_t b = 0; b < nb; b++) order[b] = b;
-    for (int64_t i = 1; i < nb; i++) // descending score, lower block first on equal scores
-        for (int64_t j = i; j > 0 && bs[order[j]] > bs[order[j - 1]]; j--) {
+    for (int64_t i = 1; i < nb; i++) // the catalog's block rank (taps/qsa_rank.h)
+        for (int64_t j = i; j > 0 && td_qsa_block_before(bs[order[j]], order[j], bs[order[j - 1]], order[j - 1]);
+             j--) {
             const int64_t x = order[j];
             order[j] = order[j - 1];
             order[j - 1] = x;

@@ -31,6 +31,7 @@
 #include <string.h>
 
 #include "forward.h"
+#include "qsa_rank.h"
 #include "ref_pool.h"
 #include "reference.h"
 #include "td_config.h"
@@ -593,34 +594,6 @@ static void att_worker(void *ctx, int w, int nw) {
                     j->D, n * w / nw, n * (w + 1) / nw, j->probs16, j->sel, j->sel_w, j->tie_call);
 }
 
-/* QSA selection of the query at p in RANK order (the qsa_sel tap): the
- * incomplete tail ascending, then the complete blocks by descending score,
- * equal scores lower block first, positions ascending in a block, a block cut
- * by the budget keeping its lowest positions (td_ref_qsa_select's choices,
- * which give the same positions as a set); every position ascending while p +
- * 1 <= W (dense). -1 pads to W. */
-static void qsa_rank(int32_t *out, const real *score, int64_t p, int64_t r, int64_t W) {
-    int64_t n = 0;
-    if (p + 1 <= W) {
-        for (int64_t s = 0; s <= p; s++) out[n++] = (int32_t)s;
-    } else {
-        const int64_t Tt = (p + 1) / r * r, nb = Tt / r;
-        for (int64_t s = Tt; s <= p; s++) out[n++] = (int32_t)s;
-        int64_t last = -1; // blocks are taken in (score descending, index ascending) order
-        while (n < W) {
-            int64_t best = -1;
-            for (int64_t b = 0; b < nb; b++) {
-                const int after_last = last < 0 || score[b] < score[last] || (score[b] == score[last] && b > last);
-                if (after_last && (best < 0 || score[b] > score[best])) best = b;
-            }
-            if (best < 0) break;
-            last = best;
-            for (int64_t j = 0; j < r && n < W; j++) out[n++] = (int32_t)(best * r + j);
-        }
-    }
-    for (; n < W; n++) out[n] = -1;
-}
-
 /* The QSA indexer of sparse layer l (arch-qwen4exp.md §4.5) for the step's
  * tokens, on the mixer output a->xn: caches the raw keys, pools the complete
  * blocks of the cache after the step (recomputed every step from the raw
@@ -684,7 +657,9 @@ static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_e
         const int64_t n = FN(qsa_select)(a->sel64, r->qsa_sc + t * NB, a->pos[t], rr, W);
         int32_t *set = a->sel_set + t * W, *rank = a->sel_rank + t * W;
         for (int64_t j = 0; j < W; j++) set[j] = j < n ? (int32_t)a->sel64[j] : -1;
-        qsa_rank(rank, r->qsa_sc + t * NB, a->pos[t], rr, W);
+        // the tap in the catalog's rank order (taps/qsa_rank.h); a dense row (p + 1 <= W) stays ascending
+        memcpy(rank, set, (size_t)W * sizeof *rank);
+        if (a->pos[t] + 1 > W) REF_CAT(td_qsa_rank, REAL_SUFFIX)(rank, n, W, a->pos[t], rr, r->qsa_sc + t * NB);
         // the tap and the attention must name the same positions
         for (int64_t j = 0; j < W; j++) {
             int found = rank[j] < 0;

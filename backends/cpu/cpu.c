@@ -807,11 +807,27 @@ static void l2norm_f32(float *x, int64_t n, float eps, int eps_outside) {
     for (int64_t i = 0; i < n; i++) x[i] *= inv;
 }
 
-/* The key head value head h reads: grouped (qwen3next), or tiled (qwen4exp's
- * converter reorders value heads, arch-qwen4exp.md §2). */
+/* What differs between the two architectures' GDN (arch-qwen4exp.md §4.3
+ * against arch-qwen3next.md §4.2). Everything else, the fault hooks
+ * included, is one code for both: a bug planted there shows on either. */
+typedef struct cpu_gdn_form {
+    int tiled;        // value head h reads key head h mod Hk (qwen4exp's converter reorders value heads, §2),
+                      // else h / (Hv/Hk) (grouped)
+    int ba_fused;     // one ssm_ba projection, rows grouped per key head: [beta (Hv/Hk) ; alpha (Hv/Hk)];
+                      // else separate ssm_beta and ssm_alpha projections
+    int gate_sigmoid; // output gate sigmoid(z) (qwen4exp), else silu(z)
+} cpu_gdn_form;
+
+static const cpu_gdn_form *gdn_form(const cpu_backend *b) {
+    static const cpu_gdn_form qwen3next = {.tiled = 0, .ba_fused = 1, .gate_sigmoid = 0};
+    static const cpu_gdn_form qwen4exp = {.tiled = 1, .ba_fused = 0, .gate_sigmoid = 1};
+    return b->hp.arch == TD_ARCH_QWEN4EXP ? &qwen4exp : &qwen3next;
+}
+
+/* The key head value head h reads. */
 static int64_t gdn_key_head(const cpu_backend *b, int64_t h) {
     const int64_t Hk = b->hp.ssm_n_group, Hv = b->hp.ssm_dt_rank;
-    return b->hp.arch == TD_ARCH_QWEN4EXP ? h % Hk : h / (Hv / Hk);
+    return gdn_form(b)->tiled ? h % Hk : h / (Hv / Hk);
 }
 
 /* Decode: the delta rule token by token for value head h (the definition). */
@@ -903,30 +919,34 @@ static void gdn_chunked(cpu_backend *b, float *S, int64_t h, int64_t T) {
     }
 }
 
-/* a->x (T, E) -> a->proj (T, E) = the GDN block of layer l */
-static void gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
+/* The GDN mixer of layer l (either architecture): its prepared input a->xn
+ * (T, E) -> a->proj (T, E). Taps ssm_qkv .. ssm_out. */
+static void gdn_mixer(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
     const td_hparams *hp = &b->hp;
+    const cpu_gdn_form *f = gdn_form(b);
     const td_gdn_parts *Gp = &b->m->layers[l].gdn;
     const cpu_layer *CL = &b->layers[l];
     cpu_acts *a = &b->a;
     const int64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
     const int64_t KDk = Hk * dk, VD = Hv * dk, C = 2 * KDk + VD, Kc = hp->ssm_conv, rr = Hv / Hk;
 
-    par_rmsnorm(b, a->xn.x, a->x, CL->attn_norm, T, E);
-    tap2(sink, l, "attn_norm", a->xn.x, T, E);
-    in_prepare(b, &a->xn, 0, T);
     int n = 0;
     seg_add(b, &n, Gp->wqkv, 0, C, &a->xn, 0, T, a->m, C, NULL, 1);
     seg_add(b, &n, Gp->wgate, 0, VD, &a->xn, 0, T, a->z, VD, NULL, 1);
-    seg_add(b, &n, Gp->wba, 0, 2 * Hv, &a->xn, 0, T, a->ba, 2 * Hv, NULL, 1);
+    if (f->ba_fused) {
+        seg_add(b, &n, Gp->wba, 0, 2 * Hv, &a->xn, 0, T, a->ba, 2 * Hv, NULL, 1);
+    } else { // a->ba rows: [beta logits (Hv); alpha logits (Hv)]
+        seg_add(b, &n, Gp->wbeta, 0, Hv, &a->xn, 0, T, a->ba, 2 * Hv, NULL, 1);
+        seg_add(b, &n, Gp->walpha, 0, Hv, &a->xn, 0, T, a->ba + Hv, 2 * Hv, NULL, 1);
+    }
     mm_run(b, n);
     tap2(sink, l, "ssm_qkv", a->m, T, C);
     tap2(sink, l, "ssm_z", a->z, T, VD);
     for (int64_t t = 0; t < T; t++)
         for (int64_t h = 0; h < Hv; h++) {
-            const int64_t g = h / rr, j = h % rr;
-            const float bt = a->ba[t * 2 * Hv + g * 2 * rr + j], at = a->ba[t * 2 * Hv + g * 2 * rr + rr + j];
-            const float z = at + CL->ssm_dt[h];
+            // head h's beta and alpha logits in its ba row
+            const int64_t ib = f->ba_fused ? h / rr * 2 * rr + h % rr : h, ia = ib + (f->ba_fused ? rr : Hv);
+            const float bt = a->ba[t * 2 * Hv + ib], z = a->ba[t * 2 * Hv + ia] + CL->ssm_dt[h];
             a->beta[t * Hv + h] = 1.0f / (1.0f + expf(-bt));
             a->gam[t * Hv + h] = CL->ssm_a[h] * (z > 20 ? z : log1pf(expf(z)));
         }
@@ -972,11 +992,25 @@ static void gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
         TD_TAP(sink, l, "ssm_state", TD_DT_F32, S, 3, shape);
     }
     rmsnorm_rows(a->gated.x, a->core, CL->ssm_norm, hp->rms_eps, T * Hv, dk);
-    for (int64_t i = 0; i < T * VD; i++) a->gated.x[i] *= silu(a->z[i]);
+    if (f->gate_sigmoid)
+        for (int64_t i = 0; i < T * VD; i++) a->gated.x[i] *= 1.0f / (1.0f + expf(-a->z[i]));
+    else
+        for (int64_t i = 0; i < T * VD; i++) a->gated.x[i] *= silu(a->z[i]);
     tap2(sink, l, "ssm_gated", a->gated.x, T, VD);
     in_prepare(b, &a->gated, 0, T);
     matmul(b, a->proj, &a->gated, Gp->wout, 0, E, T, NULL);
     tap2(sink, l, "ssm_out", a->proj, T, E);
+}
+
+/* a->x (T, E) -> a->proj (T, E) = the GDN block of layer l (qwen3next: the
+ * pre-norm, then the mixer) */
+static void gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
+    cpu_acts *a = &b->a;
+    const int64_t E = b->hp.n_embd;
+    par_rmsnorm(b, a->xn.x, a->x, b->layers[l].attn_norm, T, E);
+    tap2(sink, l, "attn_norm", a->xn.x, T, E);
+    in_prepare(b, &a->xn, 0, T);
+    gdn_mixer(b, l, T, sink);
 }
 
 /* the sigmoid-gated shared expert, added to the MoE output in a->proj */
@@ -1374,6 +1408,39 @@ static int load_vec(const td_cpu_kernels *k, float **out, const td_tensor *t, co
     return TD_OK;
 }
 
+/* A GDN layer's weights in the model's form (gdn_form): checked, its small
+ * vectors and conv taps decoded once. */
+static int gdn_open_layer(cpu_backend *b, int l, td_err *err) {
+    const td_hparams *hp = &b->hp;
+    const td_cpu_kernels *k = &b->k;
+    const td_gdn_parts *G = &b->m->layers[l].gdn;
+    cpu_layer *C = &b->layers[l];
+    const int64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, Kc = hp->ssm_conv;
+    const int64_t VD = Hv * dk, Cc = 2 * Hk * dk + VD;
+    int rc;
+    if (Hk < 1 || Hv % Hk || hp->ssm_d_inner != VD || Kc < 1)
+        return td_err_set(err, TD_EINPUT, NAME ": layer %d is a GDN layer with inconsistent ssm sizes", l);
+    if ((rc = check_matrix(k, G->wqkv, "attn_qkv", l, E, Cc, err))) return rc;
+    if ((rc = check_matrix(k, G->wgate, "attn_gate", l, E, VD, err))) return rc;
+    if (gdn_form(b)->ba_fused) {
+        if ((rc = check_matrix(k, G->wba, "ssm_ba", l, E, 2 * Hv, err))) return rc;
+    } else {
+        if ((rc = check_matrix(k, G->wbeta, "ssm_beta", l, E, Hv, err))) return rc;
+        if ((rc = check_matrix(k, G->walpha, "ssm_alpha", l, E, Hv, err))) return rc;
+    }
+    if ((rc = check_matrix(k, G->wout, "ssm_out", l, VD, E, err))) return rc;
+    if ((rc = check_matrix(k, G->conv, "ssm_conv1d", l, Kc, Cc, err))) return rc;
+    if ((rc = load_vec(k, &C->ssm_a, G->a, "ssm_a", l, 0, Hv, err))) return rc;
+    if ((rc = load_vec(k, &C->ssm_dt, G->dt_bias, "ssm_dt.bias", l, 0, Hv, err))) return rc;
+    if ((rc = load_vec(k, &C->ssm_norm, G->ssm_norm, "ssm_norm", l, 0, dk, err))) return rc;
+    if (!C->ssm_a || !C->ssm_dt || !C->ssm_norm)
+        return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks ssm_a, ssm_dt.bias or ssm_norm", l);
+    C->conv = td_xmalloc((size_t)(Cc * Kc) * sizeof(float));
+    for (int64_t ch = 0; ch < Cc; ch++)
+        k->type[G->conv->type].to_f32(G->conv->type, td_tensor_row(G->conv, (uint64_t)ch), C->conv + ch * Kc, Kc);
+    return TD_OK;
+}
+
 #include "cpu_hc.c"
 
 static int load_model(cpu_backend *b, td_err *err) {
@@ -1412,22 +1479,7 @@ static int load_model(cpu_backend *b, td_err *err) {
             if ((rc = check_matrix(k, L->ffn.down_shexp, "ffn_down_shexp", l, Fs, E, err))) return rc;
         }
         if (L->kind == TD_LAYER_GDN) {
-            const td_gdn_parts *G = &L->gdn;
-            const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, Kc = hp->ssm_conv;
-            const int64_t VD = Hv * dk, Cc = 2 * Hk * dk + VD;
-            if (Hk < 1 || Hv % Hk || hp->ssm_d_inner != VD || Kc < 1)
-                return td_err_set(err, TD_EINPUT, NAME ": layer %d is a GDN layer with inconsistent ssm sizes", l);
-            if ((rc = check_matrix(k, G->wqkv, "attn_qkv", l, E, Cc, err))) return rc;
-            if ((rc = check_matrix(k, G->wgate, "attn_gate", l, E, VD, err))) return rc;
-            if ((rc = check_matrix(k, G->wba, "ssm_ba", l, E, 2 * Hv, err))) return rc;
-            if ((rc = check_matrix(k, G->wout, "ssm_out", l, VD, E, err))) return rc;
-            if ((rc = check_matrix(k, G->conv, "ssm_conv1d", l, Kc, Cc, err))) return rc;
-            if ((rc = load_vec(k, &C->ssm_a, G->a, "ssm_a", l, 0, Hv, err))) return rc;
-            if ((rc = load_vec(k, &C->ssm_dt, G->dt_bias, "ssm_dt.bias", l, 0, Hv, err))) return rc;
-            if ((rc = load_vec(k, &C->ssm_norm, G->ssm_norm, "ssm_norm", l, 0, dk, err))) return rc;
-            C->conv = td_xmalloc((size_t)(Cc * Kc) * sizeof(float));
-            for (int64_t ch = 0; ch < Cc; ch++)
-                k->type[G->conv->type].to_f32(G->conv->type, td_tensor_row(G->conv, (uint64_t)ch), C->conv + ch * Kc, Kc);
+            if ((rc = gdn_open_layer(b, l, err))) return rc;
         } else if (L->attn.q_gated) {
             if ((rc = check_matrix(k, L->attn.wq, "attn_q", l, E, 2 * HD, err))) return rc;
             if ((rc = check_matrix(k, L->attn.wk, "attn_k", l, E, KD, err))) return rc;

@@ -1,13 +1,14 @@
 /* tapdiff "cpu": qwen4exp (../shared/spec/arch-qwen4exp.md): hyper-connection
  * streams and mixers, the PLE n-gram embedding with its token and conv
- * history, the tiled-head GDN with its sigmoid gate, QSA attention with the
- * indexer's raw-key cache per sequence, and the final HC mixer. The taps are
- * the catalog's qwen4exp rows (taps/catalog.c).
+ * history, QSA attention with the indexer's raw-key cache per sequence, and
+ * the final HC mixer. The taps are the catalog's qwen4exp rows
+ * (taps/catalog.c).
  *
  * This file is #included by cpu.c, not compiled on its own: it builds on
  * cpu.c's static matmul jobs (seg_add / mm_run, so the native and act-q8
- * paths apply unchanged), row helpers, MoE, shared expert and GDN delta rule,
- * without exporting them. cpu.c calls in at a few marked hooks (q4_*).
+ * paths apply unchanged), row helpers, MoE, shared expert and GDN (cpu.c's
+ * gdn_mixer in qwen4exp's form: tiled value heads, separate beta/alpha, the
+ * sigmoid gate, with every GDN fault hook), without exporting them. cpu.c calls in at a few marked hooks (q4_*).
  *
  * Choices where llama.cpp leaves it open (spec §7): the QSA selection takes
  * the tail, then complete blocks by descending score, equal scores lower
@@ -274,81 +275,6 @@ static void q4_ple_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
 }
 
 /* ===================================================================== */
-/* GDN (§4.3): separate beta/alpha, tiled value heads, sigmoid gate        */
-/* ===================================================================== */
-
-/* u in a->xn (prepared) -> a->proj (T, E) */
-static void q4_gdn_block(cpu_backend *b, int l, int64_t T, td_tap_sink *sink) {
-    const td_hparams *hp = &b->hp;
-    const td_gdn_parts *Gp = &b->m->layers[l].gdn;
-    const cpu_layer *CL = &b->layers[l];
-    cpu_acts *a = &b->a;
-    const int64_t E = hp->n_embd, Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state;
-    const int64_t KDk = Hk * dk, VD = Hv * dk, C = 2 * KDk + VD, Kc = hp->ssm_conv;
-    int n = 0;
-    seg_add(b, &n, Gp->wqkv, 0, C, &a->xn, 0, T, a->m, C, NULL, 1);
-    seg_add(b, &n, Gp->wgate, 0, VD, &a->xn, 0, T, a->z, VD, NULL, 1);
-    // a->ba rows: [beta logits (Hv); alpha logits (Hv)]
-    seg_add(b, &n, Gp->wbeta, 0, Hv, &a->xn, 0, T, a->ba, 2 * Hv, NULL, 1);
-    seg_add(b, &n, Gp->walpha, 0, Hv, &a->xn, 0, T, a->ba + Hv, 2 * Hv, NULL, 1);
-    mm_run(b, n);
-    tap2(sink, l, "ssm_qkv", a->m, T, C);
-    tap2(sink, l, "ssm_z", a->z, T, VD);
-    for (int64_t t = 0; t < T; t++)
-        for (int64_t h = 0; h < Hv; h++) {
-            const float bt = a->ba[t * 2 * Hv + h], z = a->ba[t * 2 * Hv + Hv + h] + CL->ssm_dt[h];
-            a->beta[t * Hv + h] = 1.0f / (1.0f + expf(-bt));
-            a->gam[t * Hv + h] = CL->ssm_a[h] * (z > 20 ? z : log1pf(expf(z)));
-        }
-    tap2(sink, l, "ssm_beta", a->beta, T, Hv);
-    tap2(sink, l, "ssm_gate", a->gam, T, Hv);
-
-    float *cs = b->s->rs + b->rs_conv[l];
-    for (int64_t ch = 0; ch < C; ch++) {
-        const float *w = CL->conv + ch * Kc;
-        float *st = cs + ch * (Kc - 1);
-        for (int64_t t = 0; t < T; t++) {
-            const float u = a->m[t * C + ch];
-            float y = w[Kc - 1] * u;
-            for (int64_t k = 0; k < Kc - 1; k++) y += w[k] * st[k];
-            for (int64_t k = 0; k + 1 < Kc - 1; k++) st[k] = st[k + 1];
-            if (Kc > 1) st[Kc - 2] = u;
-            y = silu(y);
-            if (ch < KDk) a->cq[t * KDk + ch] = y;
-            else if (ch < 2 * KDk) a->ck[t * KDk + ch - KDk] = y;
-            else a->cv[t * VD + ch - 2 * KDk] = y;
-        }
-    }
-    tap2(sink, l, "ssm_q", a->cq, T, KDk);
-    tap2(sink, l, "ssm_k", a->ck, T, KDk);
-    tap2(sink, l, "ssm_v", a->cv, T, VD);
-    tap2(sink, l, "ssm_conv_state", cs, C, Kc - 1);
-
-    memcpy(a->qn, a->cq, (size_t)(T * KDk) * sizeof(float));
-    memcpy(a->kn, a->ck, (size_t)(T * KDk) * sizeof(float));
-    for (int64_t i = 0; i < T * Hk; i++) {
-        l2norm_f32(a->qn + i * dk, dk, hp->rms_eps, 0);
-        l2norm_f32(a->kn + i * dk, dk, hp->rms_eps, 0);
-    }
-    float *S = b->s->rs + b->rs_ssm[l];
-    for (int64_t h = 0; h < Hv; h++) {
-        if (T > 1) gdn_chunked(b, S + h * dk * dk, h, T);
-        else gdn_sequential(b, S + h * dk * dk, h, T);
-    }
-    tap2(sink, l, "ssm_core", a->core, T, VD);
-    {
-        const int64_t shape[3] = {Hv, dk, dk};
-        TD_TAP(sink, l, "ssm_state", TD_DT_F32, S, 3, shape);
-    }
-    rmsnorm_rows(a->gated.x, a->core, CL->ssm_norm, hp->rms_eps, T * Hv, dk);
-    for (int64_t i = 0; i < T * VD; i++) a->gated.x[i] *= 1.0f / (1.0f + expf(-a->z[i]));
-    tap2(sink, l, "ssm_gated", a->gated.x, T, VD);
-    in_prepare(b, &a->gated, 0, T);
-    matmul(b, a->proj, &a->gated, Gp->wout, 0, E, T, NULL);
-    tap2(sink, l, "ssm_out", a->proj, T, E);
-}
-
-/* ===================================================================== */
 /* QSA attention (§4.4, §4.5)                                             */
 /* ===================================================================== */
 
@@ -611,7 +537,7 @@ static void q4_body(cpu_backend *b, const int32_t *tokens, int64_t T, int64_t po
         tap2(sink, l, "hc_attn_inject", q->inj, T, hc);
         tap2(sink, l, "attn_norm", a->xn.x, T, E);
         in_prepare(b, &a->xn, 0, T);
-        if (L->kind == TD_LAYER_HC_GDN) q4_gdn_block(b, l, T, sink);
+        if (L->kind == TD_LAYER_HC_GDN) gdn_mixer(b, l, T, sink); // its form: gdn_form (cpu.c)
         else q4_qsa_block(b, l, T, pos0, sink);
         q4_hc_combine(b, a->proj, T, b->fault == TD_FAULT_HC_INJECT_STREAM);
         tap2(sink, l, "ffn_inp", q->Rs, T, hcd);
@@ -689,26 +615,7 @@ static int q4_load(cpu_backend *b, td_err *err) {
         if ((rc = q4_gamma(b, &Q->hc_ffn_g, L->hc_ffn.norm, "hc_ffn_norm", l, err))) return rc;
         if ((rc = q4_check_hc(b, &L->hc_attn, l, err)) || (rc = q4_check_hc(b, &L->hc_ffn, l, err))) return rc;
         if (L->kind == TD_LAYER_HC_GDN) {
-            const td_gdn_parts *G = &L->gdn;
-            const int64_t Hk = hp->ssm_n_group, Hv = hp->ssm_dt_rank, dk = hp->ssm_d_state, Kc = hp->ssm_conv;
-            const int64_t VD = Hv * dk, Cc = 2 * Hk * dk + VD;
-            if (Hk < 1 || Hv % Hk || hp->ssm_d_inner != VD || Kc < 1)
-                return td_err_set(err, TD_EINPUT, NAME ": layer %d is a GDN layer with inconsistent ssm sizes", l);
-            if ((rc = check_matrix(k, G->wqkv, "attn_qkv", l, E, Cc, err))) return rc;
-            if ((rc = check_matrix(k, G->wgate, "attn_gate", l, E, VD, err))) return rc;
-            if ((rc = check_matrix(k, G->wbeta, "ssm_beta", l, E, Hv, err))) return rc;
-            if ((rc = check_matrix(k, G->walpha, "ssm_alpha", l, E, Hv, err))) return rc;
-            if ((rc = check_matrix(k, G->wout, "ssm_out", l, VD, E, err))) return rc;
-            if ((rc = check_matrix(k, G->conv, "ssm_conv1d", l, Kc, Cc, err))) return rc;
-            if ((rc = load_vec(k, &C->ssm_a, G->a, "ssm_a", l, 0, Hv, err))) return rc;
-            if ((rc = load_vec(k, &C->ssm_dt, G->dt_bias, "ssm_dt.bias", l, 0, Hv, err))) return rc;
-            if ((rc = load_vec(k, &C->ssm_norm, G->ssm_norm, "ssm_norm", l, 0, dk, err))) return rc;
-            if (!C->ssm_a || !C->ssm_dt || !C->ssm_norm)
-                return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks ssm_a, ssm_dt.bias or ssm_norm", l);
-            C->conv = td_xmalloc((size_t)(Cc * Kc) * sizeof(float));
-            for (int64_t ch = 0; ch < Cc; ch++)
-                k->type[G->conv->type].to_f32(G->conv->type, td_tensor_row(G->conv, (uint64_t)ch), C->conv + ch * Kc,
-                                              Kc);
+            if ((rc = gdn_open_layer(b, l, err))) return rc;
         } else {
             const int64_t di = hp->idx_dim;
             if ((rc = check_matrix(k, L->attn.wq, "attn_q", l, E, 2 * HD, err))) return rc;

@@ -36,6 +36,7 @@
 
 #include "forward.h"
 #include "profile.h"
+#include "qsa_rank.h"
 #include "types.h"
 
 #ifndef TD_LLAMACPP_LIBDIR
@@ -930,21 +931,6 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
 /* The layer of a "blk.L.x" tap name. */
 static int tap_layer_of(const char *name) { return atoi(name + 4); }
 
-/* qsa_sel's rank order: the tail ascending, then blocks by descending score
- * (equal scores: lower block first), positions ascending in a block. */
-typedef struct q4x_pick {
-    int32_t pos;
-    int tail;
-    float score;
-} q4x_pick;
-
-static int q4x_pick_cmp(const void *pa, const void *pb) {
-    const q4x_pick *a = pa, *b = pb;
-    if (a->tail != b->tail) return b->tail - a->tail;
-    if (!a->tail && a->score != b->score) return a->score > b->score ? -1 : 1;
-    return (a->pos > b->pos) - (a->pos < b->pos); // same score: lower block, then lower position
-}
-
 /* qwen4exp's special nodes (lc_special >= SP_CONV_STATE_T), converted into cur. */
 static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
     const td_hparams *hp = o->hp;
@@ -1007,21 +993,14 @@ static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
                         (long long)n, (long long)T);
     if (o->qsa_layer != L || !o->qsa_sc)
         return obs_fail(o, TD_EINTERNAL, "llamacpp: node '%s' comes without its layer's indexer_score", t->name);
-    int32_t *v = c->data;
-    q4x_pick pk[4096];
     for (int64_t i = 0; i < T; i++) {
-        const int64_t p = pos0 + i, tail0 = (p + 1) / r * r;
+        const int64_t p = pos0 + i;
+        int32_t *row = (int32_t *)c->data + i * W;
         int64_t m = 0;
-        for (int64_t j = 0; j < W; j++) {
-            const int32_t cell = v[i * W + j];
-            if (cell < 0 || cell > p) continue; // masked: a later position or an empty cell
-            const int64_t b = cell / r;
-            pk[m].pos = cell, pk[m].tail = cell >= tail0;
-            pk[m].score = pk[m].tail || b >= o->qsa_nb ? 0.0f : o->qsa_sc[i * o->qsa_nb + b];
-            m++;
-        }
-        qsort(pk, (size_t)m, sizeof pk[0], q4x_pick_cmp);
-        for (int64_t j = 0; j < W; j++) v[i * W + j] = j < m ? pk[j].pos : -1;
+        for (int64_t j = 0; j < W; j++) // masked cells (a later position, an empty cell) leave
+            if (row[j] >= 0 && row[j] <= p) row[m++] = row[j];
+        // the catalog's rank order with the peer's own scores (its top-k order is unstable)
+        td_qsa_rank_f32(row, m, W, p, r, o->qsa_sc + i * o->qsa_nb);
     }
     c->ndim = 2, c->shape[0] = T, c->shape[1] = W;
     return take_canonical(o, t);
