@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tapdiff bench/thresholds.sh: the false-alarm sweep of the thresholds test
 # (harness/tests/test_thresholds.c) at full length: every fixture x prompt
-# (1, 8, 40 tokens) x threads (1, 2) on cpu (native) and llamacpp (act-q8),
+# (1, 8, 40 tokens) x threads (1, 2) on cpu (native) and llamacpp (act-q8)
+# (and ../shared/models/stories260K.gguf, FIXTURES=stories260K; skipped when absent),
 # each against the f64 oracle run under the arm's profile with ref32 under
 # the same profile as control, STEPS decode steps (default 64).
 #
@@ -27,6 +28,7 @@ if [ -n "${FIXTURES:-}" ]; then
   fixtures=${FIXTURES//,/ }
 else
   fixtures=$("$build/tapdiff" fixture --list | awk '{print $1}')
+  fixtures="$fixtures stories260K" # the real model (../shared/models), skipped when absent
 fi
 start=$(date +%s)
 rc=0 failed=""

@@ -13,8 +13,10 @@
 #include <time.h>
 
 #include "faults.h"
+#include "profile.h"
 #include "tapfile.h"
 #include "td_config.h"
+#include "ties.h"
 
 void td_run_config_init(td_run_config *c) {
     memset(c, 0, sizeof *c);
@@ -199,6 +201,19 @@ static const char *run_profile(const td_run_config *cfg, const td_backend_vt *vt
     return vt && vt->profile ? vt->profile : "native";
 }
 
+/* Does this run log its near rounding ties (td_run_config.record_ties)? The
+ * reference forwards round a Q8 profile's activations through profile.h's
+ * td_act_round_* and name each forward (td_act_ties_forward), so a session
+ * sees every code and scale they round; the other arms round in their own
+ * kernels, which log nothing: they record no list rather than an empty one,
+ * which would claim there was no near tie. */
+static int logs_ties(const td_run_config *cfg, const td_backend_vt *vt, const char *profile) {
+    if (!cfg->record_ties || (strcmp(vt->name, "ref") && strcmp(vt->name, "ref32"))) return 0;
+    td_profile p;
+    char why[200];
+    return !td_profile_parse(profile, &p, why, sizeof why) && (p.rules & (TD_RULE_ACT_Q8 | TD_RULE_ACT_Q8_1));
+}
+
 /* Root attributes: enough provenance that h5dump alone says what made the file. */
 static int write_provenance(td_tap_sink *s, const td_run_config *cfg, const td_model *m, const char *model_path,
                             const td_backend_vt *vt, const td_backend *b, const char *version, td_err *err) {
@@ -262,6 +277,9 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
     td_backend *b = NULL;
     td_tap_sink *sink = NULL;
     double *lg = NULL;
+    int ties_on = 0;
+    td_act_tie *tie_log = NULL;
+    int n_tie_log = 0;
 
     if ((rc = check_tokens(cfg->prompt, cfg->n_prompt, V, "prompt", model_path, err))) goto done;
     if (cfg->decode == TD_DECODE_PINNED &&
@@ -313,6 +331,7 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
         opt.compress = 0;
         if ((rc = td_tap_sink_open(&sink, tap_path, &opt, err))) goto done;
         if ((rc = write_provenance(sink, cfg, m, model_path, vt, b, res->backend_version, err))) goto done;
+        if ((ties_on = logs_ties(cfg, vt, res->profile))) td_act_ties_begin(NULL, 0, TD_TIES_TAU);
     }
 
     res->n_forwards = n_fwd;
@@ -352,6 +371,7 @@ int td_run(const td_run_config *cfg, td_run_result *res, td_err *err) {
     res->final_logits = res->logits + (rows - 1) * V;
 
 done:
+    if (ties_on) td_act_ties_end(&tie_log, &n_tie_log);
     if (sink) {
         td_err cerr = {{0}};
         int crc = td_tap_sink_close(sink, &cerr);
@@ -363,6 +383,14 @@ done:
     if (b) b->vt->close(b);
     free(lg);
     if (own) td_model_close(own);
+    if (ties_on && rc == TD_OK) {
+        // written once the file is closed and valid: the same attributes bisect's oracle records
+        td_ties_report *rep = td_xcalloc(1, sizeof *rep);
+        td_ties_keep_near(rep, tie_log, n_tie_log);
+        rc = td_ties_record(cfg->tap_path, rep, err);
+        free(rep);
+    }
+    free(tie_log);
     if (rc) td_run_result_free(res);
     return rc;
 }

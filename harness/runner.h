@@ -47,6 +47,11 @@ typedef struct td_run_config {
     const char *profile;       /* (optional) arithmetic profile */
     const char *command_line;  /* (optional) provenance */
     const char *prompt_text;   /* (optional) the text `prompt` was tokenized from: root attribute `prompt` */
+    /* 1: a reference arm (ref, ref32) under a Q8 activation profile logs the near rounding ties
+     * it meets and records them in the tap file (root attributes near_ties and ties_taken,
+     * harness/ties.h), so compare can name a divergence on one; `tapdiff run` sets it. Off for
+     * callers that hold their own tie session (bisect, ties.h): one session per process. */
+    int record_ties;
     /* (optional) progress: called after each forward with done/total forwards */
     void (*on_step)(void *user, int64_t done, int64_t total);
     void *user;

@@ -280,6 +280,7 @@ int td_cmd_run(int argc, char **argv) {
     cfg.n_ctx = (uint32_t)a.ctx;
     cfg.command_line = td_cli_command_line;
     cfg.prompt_text = prompt_text;
+    cfg.record_ties = 1; // a reference run under a Q8 profile records its near ties (README "Rounding ties")
     td_err terr = {{0}};
     if (m->gguf && td_tokenizer_open(&tok, m->gguf, &terr) != TD_OK) tok = NULL; /* no tokenizer: the vocab renders */
     if (a.out && (!a.taps || strcmp(a.taps, "none"))) {

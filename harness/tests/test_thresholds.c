@@ -17,7 +17,8 @@
  * an activation code or block scale at a tie is honest either way, and the
  * oracle takes the arm's side; the table checks that the search keeps no
  * flip for a planted error, and one test pins the tie that was the sweep's
- * known false alarm. */
+ * known false alarm; another, that a plain run of the oracle under act-q8
+ * records its near ties so compare can name a divergence on one. */
 #include <criterion/criterion.h>
 #include <criterion/parameterized.h>
 #include <math.h>
@@ -326,6 +327,66 @@ Test(thresholds, compare_notes_a_divergence_on_a_recorded_near_tie) {
     td_cmp_result_free(r);
 }
 
+/* A plain `tapdiff run` of the oracle under act-q8 records its near ties too
+ * (root attribute near_ties, as bisect's A-ref.h5 does; ref32 likewise), so
+ * `tapdiff compare` of two plain run files names a divergence on one:
+ * llama.cpp rounds the row of blk.1.ffn_norm at position 0, x/d = -40.5
+ * exactly in its f32, to even, where the f64 oracle has -40.500009, so
+ * without a control the comparison diverges at blk.1.moe_logits. The cpu
+ * arm's kernels log no ties: its file records no list (not an empty one),
+ * nor does a native reference run. */
+Test(thresholds, plain_run_records_near_ties_and_compare_notes_them) {
+    const char *model = td_test_fixture(dir, "qwen3moe-iq2_xxs");
+    const char *A = td_test_path(dir, "A.h5"), *C = td_test_path(dir, "C.h5"), *Q = td_test_path(dir, "Q.h5"),
+               *N = td_test_path(dir, "N.h5"), *B = td_test_path(dir, "B.h5");
+    char pin[600];
+    snprintf(pin, sizeof pin, "pinned:%s", A);
+    const char *const paths[4] = {A, C, Q, N}, *const backend[4] = {"ref", "ref32", "cpu", "ref"},
+                      *const profile[4] = {"act-q8", "act-q8", "act-q8", "native"};
+    for (int i = 0; i < 4; i++) {
+        const char *args[] = {"run", "--quiet", "--model", model, "--backend", backend[i], "--profile", profile[i],
+                              "--tokens", "1", "--steps", "0", "--threads", "1", "--out", paths[i], NULL};
+        char *so = NULL, *se = NULL;
+        const int st = td_test_tapdiff_run(dir, &so, &se, args);
+        cr_assert_eq(st, 0, "run %s %s exit %d:\n%s%s", backend[i], profile[i], st, so, se);
+        free(so), free(se);
+    }
+    td_err e = {{0}};
+    for (int i = 0; i < 4; i++) {
+        td_tapfile *f = NULL;
+        cr_assert_eq(td_tapfile_open(&f, paths[i], &e), TD_OK, "%s", e.msg);
+        char *near = NULL, *taken = NULL;
+        const int has = td_tapfile_attr_str(f, "near_ties", &near, &e) == TD_OK;
+        if (i < 2) {
+            // ref32 computes x/d in f32: the same tie, nearer (-40.5 itself)
+            cr_expect(has && strstr(near, "0:15:13:-40.5") && strstr(near, ":blk.1.ffn_gate_inp.weight"),
+                      "%s under act-q8: near_ties %s", backend[i], has ? near : "(absent)");
+            cr_expect(i || (has && strstr(near, "0:15:13:-40.5000090")), "near_ties: %s", has ? near : "(absent)");
+            cr_expect(td_tapfile_attr_str(f, "ties_taken", &taken, &e) == TD_OK && !strcmp(taken, ""),
+                      "%s: a plain run takes no tie (ties_taken %s)", backend[i], taken ? taken : "(absent)");
+        } else {
+            cr_expect(!has, "%s %s recorded near_ties: %s", backend[i], profile[i], near);
+        }
+        free(near), free(taken);
+        td_tapfile_close(f);
+    }
+    if (!available("llamacpp")) cr_skip_test("llamacpp cannot run here (the records were checked)");
+    const char *rb[] = {"run", "--quiet", "--model", model, "--backend", "llamacpp", "--decode", pin, "--steps", "0",
+                        "--threads", "1", "--out", B, NULL};
+    char *so = NULL;
+    int st = td_test_tapdiff_run(dir, &so, NULL, rb);
+    cr_assert_eq(st, 0, "run llamacpp exit %d:\n%s", st, so);
+    free(so);
+    const char *cmp[] = {"compare", A, B, NULL};
+    st = td_test_tapdiff_run(dir, &so, NULL, cmp);
+    cr_expect_eq(st, 1, "compare exit %d:\n%s", st, so);
+    cr_expect(strstr(so, "blk.1.moe_logits"), "%s", so);
+    cr_expect(strstr(so, "A: divergence on a recorded near rounding tie") && strstr(so, "x/d = -40.500009") &&
+                  strstr(so, "blk.1.ffn_gate_inp.weight"),
+              "no note on the recorded tie:\n%s", so);
+    free(so);
+}
+
 /* A false alarm the 64-step sweep found (qwen3next-f32, cpu, 40-token
  * prompt): blk.0.moe_probs (8 values) at decode step 53, error 1.67e-6,
  * 3.4x its input's (blk.0.moe_logits), where the control's error happened to
@@ -379,9 +440,10 @@ static int sweep_steps(void) {
 ParameterizedTestParameters(thresholds, no_false_alarm_on_any_fixture_prompt_or_thread_count) {
     static int idx[64];
     size_t n = td_fixture_count();
-    TD_ASSERT(n <= 64);
-    for (size_t i = 0; i < n; i++) idx[i] = (int)i;
-    return cr_make_param_array(int, idx, n);
+    TD_ASSERT(n < 64);
+    // one more: the real model ../shared/models/stories260K.gguf (skipped when absent)
+    for (size_t i = 0; i <= n; i++) idx[i] = (int)i;
+    return cr_make_param_array(int, idx, n + 1);
 }
 
 /* TD_THRESH_FIXTURES: a comma-separated subset of fixtures (unset: all). */
@@ -395,11 +457,12 @@ static int fixture_selected(const char *name) {
 }
 
 ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_thread_count) {
-    const char *name = td_fixture_at((size_t)*ix)->name;
+    const int real = (size_t)*ix == td_fixture_count();
+    const char *name = real ? "stories260K" : td_fixture_at((size_t)*ix)->name;
     if (!fixture_selected(name)) cr_skip_test("%s not in TD_THRESH_FIXTURES", name);
     // qwen4exp: the cpu arm emits its taps; the llamacpp arm does not yet (pending)
-    const char *pending = td_test_ref_pending(td_fixture_at((size_t)*ix)->arch);
-    const char *model = td_test_fixture(dir, name);
+    const char *pending = real ? NULL : td_test_ref_pending(td_fixture_at((size_t)*ix)->arch);
+    const char *model = real ? td_test_shared_model("stories260K.gguf") : td_test_fixture(dir, name);
     const int steps = sweep_steps();
     // every prompt length on every fixture with TD_THRESH_FULL=1 (bench/thresholds.sh); by default one
     // length per fixture, rotating, so each length runs on a third of the fixtures (2 cores, minutes)
@@ -408,7 +471,7 @@ ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_t
     static const char *const arms[2] = {"cpu", "llamacpp"};
     static const char *const profiles[2] = {"native", "act-q8"}; // what each arm declares
     int32_t prompt[40];
-    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(1 + (i * 37) % 250); // below every fixture's V
+    for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(1 + (i * 37) % 250); // below every fixture's V (and 512)
     int n_cmp = 0;
     for (int L = 0; L < 3; L++)
         for (int a = 0; a < 2; a++) {
