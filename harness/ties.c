@@ -117,7 +117,8 @@ static int read_rounds(const td_run_config *oracle, const td_run_config *control
                        const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_act_tie **log, int *n_log,
                        td_err *err) {
     int rc = TD_OK;
-    for (int round = 0; rc == TD_OK && (*r)->verdict != TD_OK && round < TD_TIES_READ_ROUNDS; round++) {
+    for (int round = 0; rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && round < TD_TIES_READ_ROUNDS;
+         round++) {
         int added = 0;
         if ((rc = read_arm_side(b_path, oracle->tap_path, td_cmp_tap_at(*r, (*r)->first), *log, *n_log, rep, &added,
                                 err)) ||
@@ -145,6 +146,9 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     memset(rep, 0, sizeof *rep);
     TD_ASSERT(oracle->tap_path && oracle->decode == TD_DECODE_PINNED && *r);
     TD_ASSERT(control->tap_path && control->decode == TD_DECODE_PINNED);
+    // divergent without a divergent tap (taps missing, steps or tokens that
+    // differ): no tie can explain that, and there is no step to search
+    if ((*r)->first < 0) return TD_OK;
     char try_path[1024], try_ctrl[1024];
     snprintf(try_path, sizeof try_path, "%s.ties.h5", oracle->tap_path);
     snprintf(try_ctrl, sizeof try_ctrl, "%s.ties.h5", control->tap_path);
@@ -152,7 +156,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     int n_log = 0, rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
     rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, err) : rc;
-    while (rc == TD_OK && (*r)->verdict != TD_OK && rep->n_flips < TD_TIES_MAX) {
+    while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && rep->n_flips < TD_TIES_MAX) {
         const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
         const int64_t step = first->step;
         // candidates: this step's near-ties not taken yet, nearest first; a value
