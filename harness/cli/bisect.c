@@ -357,10 +357,16 @@ static int earlier(const td_cmp_tap *x, const td_cmp_tap *y) {
     return 0;
 }
 
+/* A divergent comparison without a divergent tap: taps missing on one side,
+ * nothing compared, steps or tokens that differ (its reason says which). */
+static int untapped_divergence(const td_cmp_result *r) {
+    return r && r->verdict != TD_OK && r->first < 0;
+}
+
 static void col_first(const arm_col *c, char *buf, size_t n) {
     const td_cmp_tap *t = first_tap(c->cr);
     if (!t)
-        snprintf(buf, n, "-");
+        snprintf(buf, n, "%s", untapped_divergence(c->cr) ? "none (not compared in full: see below)" : "-");
     else
         snprintf(buf, n, "%s step %lld (r %.3g)", t->name, (long long)t->step, t->ratio);
 }
@@ -468,8 +474,16 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
     // the verdict: which arm is wrong first, or both conformant
     const td_cmp_tap *fa = first_tap(col[0].cr), *fb = first_tap(col[1].cr);
     const char *wrong = NULL; /* "a", "b", "both" */
-    char verdict[600];
-    if (!fa && !fb) {
+    char verdict[1200];
+    const int ua = untapped_divergence(col[0].cr), ub = untapped_divergence(col[1].cr);
+    if (!fa && !fb && (ua || ub)) {
+        // never "conformant" when an arm's comparison did not compare everything
+        wrong = ua && ub ? "both" : ua ? "a" : "b";
+        const int i = ua ? 0 : 1;
+        snprintf(verdict, sizeof verdict, "%s %s (%s) is not conformant with the %s oracle: %.520s%s",
+                 ua && ub ? "neither arm is conformant;" : "arm", i ? "B" : "A", col[i].arm, a->oracle,
+                 col[i].cr->reason, ua && ub ? "; the other arm likewise (see its report)" : "");
+    } else if (!fa && !fb) {
         snprintf(verdict, sizeof verdict,
                  "both arms conformant with the %s oracle under their own profiles; their difference is rounding "
                  "(direct comparison: %s)",
@@ -533,6 +547,8 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
         const td_cmp_tap *dt = first_tap(direct);
         if (dt)
             snprintf(d, sizeof d, "divergent, first %s step %lld (r %.3g)", dt->name, (long long)dt->step, dt->ratio);
+        else if (untapped_divergence(direct))
+            snprintf(d, sizeof d, "divergent: %.180s", direct->reason);
         else
             snprintf(d, sizeof d, "conformant");
         printf("direct A vs B (control: %s with B's profile %s, against A): %s\n", ctrl_arm, col[1].profile, d);

@@ -92,3 +92,27 @@ Test(q4peer, without_the_follow_attn_ctx_diverges_where_the_peer_keeps_other_tie
     const int st = cell(exe, model, dir, 40, "TD_QSA_FOLLOW=0", out, sizeof out);
     cr_expect(st == 1 && strstr(out, "FIRST DIVERGENT  blk.1.attn_ctx  at step 0"), "follow off: exit %d:\n%s", st, out);
 }
+
+/* The peer has no inp.ple_ids (llama.cpp builds the n-gram context on the
+ * host): a three-arm bisect that compares every tap must not call that arm
+ * conformant (it crashed in the tie search once, then printed "both arms
+ * conformant"); with the tap filtered out, it is. */
+Test(q4peer, three_arm_bisect_is_not_conformant_when_an_arm_lacks_a_tap) {
+    const char *exe = peer_or_skip();
+    static char out[1 << 16];
+    const char *model = td_test_fixture(tmpdir, "qwen4exp-f32");
+    char cmd[4096];
+    for (int filtered = 0; filtered < 2; filtered++) {
+        snprintf(cmd, sizeof cmd,
+                 "'%s' bisect --model '%s' --a llamacpp --b cpu --tokens 5,17,33,2,90,11,7,250 --steps 2 --threads 1 "
+                 "%s --out-dir '%s/three%d' 2>&1",
+                 exe, model, filtered ? "--filter '" Q4_TAPS "'" : "", tmpdir, filtered);
+        const int st = run_cmd(cmd, out, sizeof out);
+        if (!filtered)
+            cr_expect(st == 1 && strstr(out, "arm A (llamacpp) is not conformant") && strstr(out, "inp.ple_ids"),
+                      "every tap: exit %d:\n%s", st, out);
+        else
+            cr_expect(st == 0 && strstr(out, "both arms conformant"), "inp.ple_ids filtered out: exit %d:\n%s", st,
+                      out);
+    }
+}
