@@ -146,6 +146,18 @@ static inline int td_test_tapdiff_sh(const char *args, const char *out_file, int
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
+/* `sh -c cmd` (the caller redirects stderr as it wants), the first n - 1
+ * bytes of its stdout into out (NUL-terminated); returns its exit status,
+ * -1 when it did not exit normally. */
+static inline int td_test_sh_capture(const char *cmd, char *out, size_t n) {
+    FILE *p = popen(cmd, "r");
+    cr_assert_not_null(p, "popen(%s)", cmd);
+    size_t len = fread(out, 1, n - 1, p);
+    out[len] = '\0';
+    int st = pclose(p);
+    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
 /* ------------------------------------------------------------------ models */
 
 /* ../shared/models/<name> (TD_SHARED), or skip the test when it is absent. */

@@ -142,15 +142,6 @@ static const td_tap_info *find_tap(const td_tap_info *taps, int64_t n, const cha
     return NULL;
 }
 
-/* Exit status of `sh -c cmd`, its stdout+stderr in out. */
-static int run_cmd(const char *cmd, char *out, size_t n) {
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t len = fread(out, 1, n - 1, p);
-    out[len] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 /* ------------------------------------------------------------------------ */
 /* Every fixture loads in llama.cpp and runs                                  */
@@ -620,7 +611,7 @@ Test(llamacpp, cli_run_backend_llamacpp, .init = make_tmpdir, .fini = remove_tmp
     snprintf(out, sizeof out, "%s/cli.h5", tmpdir);
     snprintf(cmd, sizeof cmd, "'%s' run --quiet --model '%s' --backend llamacpp --threads 1 --tokens 1,2,3 --steps 2 --out '%s' 2>&1",
              exe, model, out);
-    const int st = run_cmd(cmd, text, sizeof text);
+    const int st = td_test_sh_capture(cmd, text, sizeof text);
 #ifdef TD_HAVE_LLAMACPP
     cr_assert_eq(st, 0, "%s -> %d: %s", cmd, st, text);
     td_tapfile *f = open_taps(out);
@@ -653,7 +644,7 @@ static int bisect(const char *name, const char *dir, const char *env, const char
              "%s '%s' bisect --quiet --model '%s' --a ref --b llamacpp --tokens " PROFILE_TOKENS
              " --steps 3 --threads 1 --out-dir '%s/%s' %s 2>&1",
              env ? env : "", exe, model, tmpdir, dir, extra ? extra : "");
-    return run_cmd(cmd, out, n);
+    return td_test_sh_capture(cmd, out, n);
 }
 
 /* llamacpp against the same-arithmetic control directly (A = ref32 act-q8),
@@ -669,7 +660,7 @@ static int compare_to_control(const char *name, const char *dir, char *out, size
              "'%s' compare '%s/%s/control-ref32.h5' '%s/%s/B-llamacpp.h5' --control-a '%s/%s/A-ref.h5' "
              "--control-b '%s/%s/native.h5' 2>&1",
              exe, tmpdir, name, tmpdir, dir, tmpdir, dir, exe, tmpdir, dir, tmpdir, dir, tmpdir, dir, tmpdir, dir);
-    return run_cmd(cmd, out, n);
+    return td_test_sh_capture(cmd, out, n);
 }
 
 static void expect_attr(const char *path, const char *key, const char *want) {
@@ -740,7 +731,7 @@ Test(llamacpp, bisect_every_fixture_with_profile_matched_control, .init = make_t
             cr_expect(strstr(out, "blk.1.moe_topk: 1 integer mismatch(es) that the control arm shows too"), "%s: %s",
                       name, out);
             snprintf(cmd, sizeof cmd, "'%s' audit '%s' '%s' --control '%s' 2>&1", exe, pa, pb, pc);
-            int sa = run_cmd(cmd, out, sizeof out);
+            int sa = td_test_sh_capture(cmd, out, sizeof out);
             cr_expect_eq(sa, 0, "%s: router audit -> %d:\n%s", name, sa, out);
             cr_expect(strstr(out, "all explained"), "%s: %s", name, out);
             // the control makes the same picks as llama.cpp: the flip is the arithmetic's
@@ -865,14 +856,14 @@ Test(llamacpp, qwen3next_bisect_conformant_over_prompt_lengths, .init = make_tmp
                      "'%s' bisect --model '%s' --a ref --b llamacpp --tokens %s --steps 16 --threads 1 --out-dir '%s' "
                      "2>&1",
                      exe, model, toks, dir);
-            int st = run_cmd(cmd, out, sizeof out);
+            int st = td_test_sh_capture(cmd, out, sizeof out);
             // not vacuous: 17 steps, every catalog tap of qwen3next in both arms
             cr_expect(strstr(out, "over 17 steps") && strstr(out, "missing: 0 in A, 0 in B"), "%s, %d tokens: %s",
                       names[f], lens[k], out);
             if (st == 1 && f == 1 && strstr(out, "FIRST DIVERGENT  blk.") && strstr(out, ".moe_topk  at step")) {
                 snprintf(cmd, sizeof cmd, "'%s' audit '%s/A-ref.h5' '%s/B-llamacpp.h5' --control '%s/control-ref32.h5' 2>&1",
                          exe, dir, dir, dir);
-                st = run_cmd(cmd, out, sizeof out);
+                st = td_test_sh_capture(cmd, out, sizeof out);
                 cr_expect(strstr(out, "all explained"), "%s, %d tokens: router audit: %s", names[f], lens[k], out);
             }
             cr_expect_eq(st, 0, "%s, %d-token prompt: bisect ref vs llamacpp exit %d:\n%s", names[f], lens[k], st, out);
@@ -979,7 +970,7 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
              "10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,32,33,34,35,36,37,38,39,40,41,42,43,44,"
              "45,46,47,48,49 --steps 1 --out '%s' 2>&1",
              exe, model, taps);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(td_test_sh_capture(cmd, out, sizeof out), 0, "%s", out);
     td_tapfile *f = open_taps(taps);
     td_tap_info *ti = NULL;
     int64_t n = 0;
@@ -1460,7 +1451,7 @@ Test(llamacpp, qwen4exp_stateops_through_the_peer, .init = make_tmpdir, .fini = 
                  "'%s' stateops --model '%s' --arm llamacpp --oracle llamacpp --control-arm none --taps none "
                  "--threads 1 --tokens 11,48,85,122,159,196,233,270,17,54,91,128 --script '%s' 2>&1",
                  exe, model, cases[i].script);
-        const int st = run_cmd(cmd, out, sizeof out);
+        const int st = td_test_sh_capture(cmd, out, sizeof out);
         cr_expect(st == cases[i].exit && strstr(out, cases[i].says), "'%s': exit %d (expected %d, saying '%s'):\n%s",
                   cases[i].script, st, cases[i].exit, cases[i].says, out);
         if (i == 2) { // the source sequence too, and nothing before p = 15
@@ -1572,7 +1563,7 @@ Test(llamacpp, qwen4exp_malformed_files_through_the_peer, .init = make_tmpdir, .
     // (a Criterion test inside a Criterion worker: the child must not take this worker's environment)
     snprintf(cmd, sizeof cmd, "env -i PATH=\"$PATH\" TD_TAPDIFF='%s' TD_KEEP_MALFORMED='%s' '%s' --filter='model_bad/*' -j1 2>&1",
              exe, tmpdir, tm);
-    cr_assert_eq(run_cmd(cmd, out, sizeof out), 0, "%s", out);
+    cr_assert_eq(td_test_sh_capture(cmd, out, sizeof out), 0, "%s", out);
     // case (file name as test_model keeps it) -> llama.cpp's verdict: 0 loads, 3 refused, else it aborted
     static const struct {
         const char *file;

@@ -27,15 +27,6 @@ static void mk(void) { td_test_tmpdir(tmpdir, sizeof tmpdir, "q4peer"); }
 static void rm(void) { td_test_rmdir(tmpdir); }
 TestSuite(q4peer, .init = mk, .fini = rm);
 
-/* Exit status of `sh -c cmd`, its stdout+stderr in out. */
-static int run_cmd(const char *cmd, char *out, size_t n) {
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t len = fread(out, 1, n - 1, p);
-    out[len] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
 
 static const char *peer_or_skip(void) {
 #ifndef TD_HAVE_LLAMACPP
@@ -54,7 +45,7 @@ static int cell(const char *exe, const char *model, const char *dir, int len, co
              "%s '%s' bisect --quiet --model '%s' --a ref --b llamacpp --tokens %s --steps 16 --threads 1 "
              "--filter '" Q4_TAPS "' --out-dir '%s' 2>&1",
              env, exe, model, toks, dir);
-    return run_cmd(cmd, out, n);
+    return td_test_sh_capture(cmd, out, n);
 }
 
 static void fixture_conformant(const char *name) {
@@ -107,7 +98,7 @@ Test(q4peer, three_arm_bisect_is_not_conformant_when_an_arm_lacks_a_tap) {
                  "'%s' bisect --model '%s' --a llamacpp --b cpu --tokens 5,17,33,2,90,11,7,250 --steps 2 --threads 1 "
                  "%s --out-dir '%s/three%d' 2>&1",
                  exe, model, filtered ? "--filter '" Q4_TAPS "'" : "", tmpdir, filtered);
-        const int st = run_cmd(cmd, out, sizeof out);
+        const int st = td_test_sh_capture(cmd, out, sizeof out);
         if (!filtered)
             cr_expect(st == 1 && strstr(out, "arm A (llamacpp) is not conformant") && strstr(out, "inp.ple_ids"),
                       "every tap: exit %d:\n%s", st, out);
