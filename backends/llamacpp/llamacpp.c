@@ -931,6 +931,11 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
 /* The layer of a "blk.L.x" tap name. */
 static int tap_layer_of(const char *name) { return atoi(name + 4); }
 
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
 /* qwen4exp's special nodes (lc_special >= SP_CONV_STATE_T), converted into cur. */
 static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
     const td_hparams *hp = o->hp;
@@ -999,8 +1004,14 @@ static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
         int64_t m = 0;
         for (int64_t j = 0; j < W; j++) // masked cells (a later position, an empty cell) leave
             if (row[j] >= 0 && row[j] <= p) row[m++] = row[j];
-        // the catalog's rank order with the peer's own scores (its top-k order is unstable)
-        td_qsa_rank_f32(row, m, W, p, r, o->qsa_sc + i * o->qsa_nb);
+        // the catalog's order (its top-k order is unstable): a dense row ascending, as the
+        // reference writes it; a sparse one in rank order with the peer's own scores
+        if (p + 1 <= W) {
+            qsort(row, (size_t)m, sizeof *row, cmp_i32);
+            for (int64_t j = m; j < W; j++) row[j] = -1;
+        } else {
+            td_qsa_rank_f32(row, m, W, p, r, o->qsa_sc + i * o->qsa_nb);
+        }
     }
     c->ndim = 2, c->shape[0] = T, c->shape[1] = W;
     return take_canonical(o, t);
