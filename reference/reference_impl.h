@@ -1157,12 +1157,7 @@ int64_t FN(qsa_select)(int64_t *sel, const real *score, int64_t p, int64_t r, in
     free(taken);
     for (int64_t s = Tt; s <= p; s++) sel[n++] = s; // the tail: always selected
     // ascending, so the selection compares as a set
-    for (int64_t i = 1; i < n; i++)
-        for (int64_t j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
-            const int64_t t = sel[j];
-            sel[j] = sel[j - 1];
-            sel[j - 1] = t;
-        }
+    td_sort_i64(sel, (size_t)n);
     return n;
 }
 

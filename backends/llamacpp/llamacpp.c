@@ -931,11 +931,6 @@ static int classify(lc_obs *o, const struct ggml_tensor *t) {
 /* The layer of a "blk.L.x" tap name. */
 static int tap_layer_of(const char *name) { return atoi(name + 4); }
 
-static int cmp_i32(const void *a, const void *b) {
-    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
-    return (x > y) - (x < y);
-}
-
 /* qwen4exp's special nodes (lc_special >= SP_CONV_STATE_T), converted into cur. */
 static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
     const td_hparams *hp = o->hp;
@@ -1007,7 +1002,7 @@ static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
         // the catalog's order (its top-k order is unstable): a dense row ascending, as the
         // reference writes it; a sparse one in rank order with the peer's own scores
         if (p + 1 <= W) {
-            qsort(row, (size_t)m, sizeof *row, cmp_i32);
+            td_sort_i32(row, (size_t)m);
             for (int64_t j = m; j < W; j++) row[j] = -1;
         } else {
             td_qsa_rank_f32(row, m, W, p, r, o->qsa_sc + i * o->qsa_nb);
