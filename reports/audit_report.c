@@ -130,13 +130,19 @@ static cJSON *json_where(const td_audit_where *w, int two) {
     return o;
 }
 
-char *td_audit_json(const td_audit_result *r) {
+/* The head both audit documents open with. */
+static cJSON *json_head(const char *format, int verdict, const char *reason) {
     cJSON *doc = cJSON_CreateObject();
-    cJSON_AddStringToObject(doc, "format", "tapdiff-audit");
+    cJSON_AddStringToObject(doc, "format", format);
     cJSON_AddNumberToObject(doc, "version", 1);
-    cJSON_AddStringToObject(doc, "verdict", r->verdict == TD_OK ? "pass" : "fail");
-    cJSON_AddNumberToObject(doc, "exit", r->verdict == TD_OK ? 0 : 1);
-    cJSON_AddStringToObject(doc, "reason", r->reason);
+    cJSON_AddStringToObject(doc, "verdict", verdict == TD_OK ? "pass" : "fail");
+    cJSON_AddNumberToObject(doc, "exit", verdict == TD_OK ? 0 : 1);
+    cJSON_AddStringToObject(doc, "reason", reason);
+    return doc;
+}
+
+char *td_audit_json(const td_audit_result *r) {
+    cJSON *doc = json_head("tapdiff-audit", r->verdict, r->reason);
     cJSON_AddNumberToObject(doc, "unexplained", (double)r->n_unexplained);
     cJSON_AddNumberToObject(doc, "steps", (double)r->n_steps);
     cJSON_AddNumberToObject(doc, "near_k", r->near_k);
@@ -212,12 +218,7 @@ char *td_audit_json(const td_audit_result *r) {
 }
 
 char *td_audit_qsa_json(const td_audit_qsa_result *r) {
-    cJSON *doc = cJSON_CreateObject();
-    cJSON_AddStringToObject(doc, "format", "tapdiff-audit-qsa");
-    cJSON_AddNumberToObject(doc, "version", 1);
-    cJSON_AddStringToObject(doc, "verdict", r->verdict == TD_OK ? "pass" : "fail");
-    cJSON_AddNumberToObject(doc, "exit", r->verdict == TD_OK ? 0 : 1);
-    cJSON_AddStringToObject(doc, "reason", r->reason);
+    cJSON *doc = json_head("tapdiff-audit-qsa", r->verdict, r->reason);
     cJSON_AddNumberToObject(doc, "files", r->n_arms);
     cJSON_AddNumberToObject(doc, "steps", (double)r->n_steps);
     cJSON_AddNumberToObject(doc, "unexplained", (double)r->n_unexplained);
