@@ -13,6 +13,15 @@
 # the exit status (0: no false alarm anywhere). Environment: STEPS,
 # FIXTURES (comma-separated subset; default every fixture).
 #
+# ARM=llamacpp:vulkan sweeps the Vulkan arm instead (a GPU arm where one is
+# present; lavapipe counts): the same fixtures x prompts (1, 8, 40) x
+# threads (1, 2: the arm's CPU-side threads) x STEPS, each cell the
+# three-arm bisect of bench/vulkan_fixtures.sh (llamacpp vs
+# llamacpp:vulkan, each against the f64 oracle under its own profile, ref32
+# under it as control, rounding ties read from the arm's taps), FA=1 for
+# flash attention; exit 0 only when every cell is conformant on both arms,
+# 77 without a Vulkan device. lavapipe is CPU-heavy: minutes per cell.
+#
 # Each fixture runs in its own test process (TD_THRESH_FIXTURES=NAME) with
 # the test's timeout (4 h): one Criterion process running
 # every fixture for minutes each aborted after ~14 minutes ("Could not spawn
@@ -22,6 +31,15 @@ cd "$(dirname "$0")/.."
 build=${1:-build}
 exe="$build/harness/tests/test_thresholds"
 [ -x "$exe" ] || { echo "thresholds: no $exe (build first: ninja -C $build)" >&2; exit 2; }
+if [ "${ARM:-}" = llamacpp:vulkan ]; then
+  stories=0 list=""
+  for fx in ${FIXTURES//,/ }; do
+    if [ "$fx" = stories260K ]; then stories=1; else list="$list${list:+,}$fx"; fi
+  done
+  [ -n "${FIXTURES:-}" ] && [ -z "$list" ] && list=none
+  STEPS=${STEPS:-64} THREADS="1 2" STRICT=1 STORIES=$stories FIXTURES=$list exec bash bench/vulkan_fixtures.sh "$build"
+fi
+[ -z "${ARM:-}" ] || { echo "thresholds: ARM=$ARM: only llamacpp:vulkan (unset: cpu and llamacpp)" >&2; exit 2; }
 export TD_THRESH_STEPS=${STEPS:-64} TD_THRESH_FULL=1
 export TD_TAPDIFF="$PWD/$build/tapdiff" TD_SHARED="$PWD/../shared" TD_SOURCE_ROOT="$PWD"
 if [ -n "${FIXTURES:-}" ]; then
