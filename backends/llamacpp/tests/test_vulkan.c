@@ -543,6 +543,8 @@ Test(vulkan, moe_40_tokens_three_arm_conformant, .init = setup, .fini = teardown
                 field(bj, "\"oracle_ties_taken\"", t, sizeof t));
     cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant", "%.600s", bj);
     cr_assert_eq(rc, 0, "three-arm bisect: exit %d", rc);
+    free(out);
+}
 
 /* ---- hybrid architectures (qwen4exp, qwen3next) ------------------------ */
 
