@@ -474,6 +474,10 @@ typedef struct ref_backend {
     real *qsa_kb;      // (cap_nb, di) pooled, normed, rotated block keys of one step
     real *qsa_sc;      // (T, cap_nb) block scores of one step
     int64_t cap_nb, cap_sc;
+    // > 0 while the experts of a MoE step run: their matmuls see only the
+    // rows routed to them, but the arm picks its matmul path by the step's
+    // tokens (ggml-vulkan's MUL_MAT_ID), so mm-f16@N judges this count
+    int64_t mm_step_T;
     ref_acts a;
 } ref_backend;
 
@@ -670,7 +674,7 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
         if (td_profile_matmul_fmt(&r->profile, W->type, T, n_in, &fmt))
             return td_err_set(err, TD_EINPUT, REF_NAME ": profile %s: tensor %s has type %s, not a matmul weight type",
                               r->profile_name, W->cname, td_type_name(W->type));
-        mm16 = fmt == TD_ACT_F32 && td_profile_mm_f16(&r->profile, T);
+        mm16 = fmt == TD_ACT_F32 && td_profile_mm_f16(&r->profile, r->mm_step_T > 0 ? r->mm_step_T : T);
         // fp16 GPUs accumulate quantized tiles in f16 (F32/F16 weights in f32)
         td_act_fmt wf;
         acc16 = mm16 && (r->profile.rules & TD_RULE_ACC_F16) && !td_act_format(W->type, &wf) && td_act_block(wf) > 1;
@@ -1039,7 +1043,11 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
     TD_TAP(sink, l, "moe_topk", TD_DT_I32, a->moe_topk, 2, shape_tk);
     tap2(sink, l, "moe_weights", a->moe_w, T, K);
 
-    for (int64_t e = 0; e < X; e++) {
+    // profile rounding point: an expert's matmuls round as a matmul of the
+    // whole step would (mm-f16@N: the arm's MUL_MAT_ID takes its tiled f16
+    // path for steps of more than N tokens, however few chose the expert)
+    r->mm_step_T = T;
+    for (int64_t e = 0; e < X && !rc; e++) {
         // gather the tokens that chose expert e: xs (n, E)
         int64_t n = 0;
         for (int64_t t = 0; t < T; t++)
@@ -1051,17 +1059,19 @@ static int ffn_moe(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_err *
                 }
         if (n == 0) continue;
         // expert e = rows e*F .. e*F+F-1 of gate/up, e*E .. e*E+E-1 of down
-        if ((rc = matmul(r, a->up, a->xs, L->ffn.up_exps, NULL, e * F, n, E, F, err))) return rc;
+        if ((rc = matmul(r, a->up, a->xs, L->ffn.up_exps, NULL, e * F, n, E, F, err))) break;
         if (L->ffn.gate_exps) {
-            if ((rc = matmul(r, a->gate, a->xs, L->ffn.gate_exps, NULL, e * F, n, E, F, err))) return rc;
+            if ((rc = matmul(r, a->gate, a->xs, L->ffn.gate_exps, NULL, e * F, n, E, F, err))) break;
             FN(swiglu)(a->act, a->gate, a->up, n * F);
         } else { // llama MoE without gate tensors: W_down . silu(W_up x)
             for (int64_t i = 0; i < n * F; i++) a->act[i] = a->up[i] / (1 + R_EXP(-a->up[i]));
         }
-        if ((rc = matmul(r, a->ys, a->act, L->ffn.down_exps, NULL, e * E, n, F, E, err))) return rc;
+        if ((rc = matmul(r, a->ys, a->act, L->ffn.down_exps, NULL, e * E, n, F, E, err))) break;
         for (int64_t i = 0; i < n; i++)
             memcpy(a->yk + ((int64_t)a->route_t[i] * K + a->route_j[i]) * E, a->ys + i * E, (size_t)E * sizeof(real));
     }
+    r->mm_step_T = 0;
+    if (rc) return rc;
 
     for (int64_t t = 0; t < T; t++) {
         real *out = a->proj + t * E;

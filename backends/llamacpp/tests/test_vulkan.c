@@ -456,6 +456,96 @@ Test(vulkan, fa_acc_f16_rule_explains_flash_attention, .init = setup, .fini = te
     }
 }
 
+/* The experts of a MoE step round as the step's other weight matmuls: the
+ * arm's MUL_MAT_ID takes ggml-vulkan's tiled f16 path for every expert of a
+ * step of more than 8 tokens, however few tokens chose the expert. From the
+ * arm's own expert inputs (llama.cpp's ffn_moe_swiglu node, as the device
+ * holds it) and its router picks, acc-f16 reproduces every output of its
+ * ffn_moe_down node of a 40-token step bit for bit on qwen3moe-q4_k,
+ * experts chosen by 8 tokens or fewer included (the reference rounded those
+ * in f32: blk.1.attn_ctx r 1.72 after 50 ties, the rule applied per expert's
+ * token count instead of the step's); an f32 sum of the same f16 operands
+ * matches few. */
+Test(vulkan, acc_f16_rule_reproduces_every_expert_of_a_moe_step, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3moe-q4_k");
+    char toks[160] = "";
+    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
+    const char *vk = td_test_path(dir, "vk.h5");
+    const char *act = "llamacpp.ffn_moe_swiglu-0.SWIGLU", *down = "llamacpp.ffn_moe_down-0.MUL_MAT_ID";
+    char taps[200];
+    snprintf(taps, sizeof taps, "blk.0.moe_topk,%s,%s", act, down);
+    const char *run_vk[] = {"run", "--model", model, "--backend", "llamacpp:vulkan", "--tokens", toks, "--steps", "0",
+                            "--taps", taps, "--threads", "1", "--out", vk, "--quiet", NULL};
+    setenv("TD_LLAMACPP_ALL_NODES", "1", 1);
+    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_vk);
+    unsetenv("TD_LLAMACPP_ALL_NODES");
+    cr_assert_eq(rc, 0, "vulkan run: exit %d", rc);
+    td_err err = {{0}};
+    td_gguf *g = NULL;
+    cr_assert_eq(td_gguf_open(&g, model, &err), TD_OK, "%s", err.msg);
+    const td_tensor *W = td_gguf_tensor(g, "blk.0.ffn_down_exps.weight");
+    cr_assert_not_null(W);
+    const int64_t F = W->ne[0], E = W->ne[1], X = W->ne[2], T = 40, K = 2;
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, vk, &err), TD_OK, "%s", err.msg);
+    int64_t *pick = malloc(sizeof(int64_t) * (size_t)(T * K));
+    double *x = malloc(sizeof(double) * (size_t)(T * K * F)), *y = malloc(sizeof(double) * (size_t)(T * K * E)),
+           *w = malloc(sizeof(double) * (size_t)F);
+    cr_assert_eq(td_tapfile_read_i64(f, 0, "blk.0.moe_topk", pick, (uint64_t)(T * K), &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_read_f64(f, 0, act, x, (uint64_t)(T * K * F), &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_read_f64(f, 0, down, y, (uint64_t)(T * K * E), &err), TD_OK, "%s", err.msg);
+    td_tapfile_close(f);
+    td_f16_round_f64(x, x, T * K * F); // the tile loads the activations in f16
+    int64_t used[64] = {0};
+    cr_assert_leq(X, 64);
+    for (int64_t i = 0; i < T * K; i++) {
+        cr_assert(pick[i] >= 0 && pick[i] < X, "router pick %lld", (long long)pick[i]);
+        used[pick[i]]++;
+    }
+    int64_t same = 0, same_f32 = 0, few = 0, same_few = 0;
+    for (int64_t i = 0; i < T * K; i++) {
+        const int small = used[pick[i]] <= 8;
+        for (int64_t o = 0; o < E; o++) {
+            cr_assert_eq(td_tensor_decode_row_f64(W, (uint64_t)(pick[i] * E + o), w, &err), TD_OK, "%s", err.msg);
+            td_f16_round_f64(w, w, F); // and the dequantized weights
+            float f32 = 0;
+            for (int64_t k = 0; k < F; k++) f32 += (float)(w[k] * x[i * F + k]); // products of f16 values: exact
+            const int eq = (float)td_ref_dot_acc16_f64(w, x + i * F, F, 2) == (float)y[i * E + o];
+            same += eq, same_f32 += f32 == (float)y[i * E + o];
+            few += small, same_few += small && eq;
+        }
+    }
+    free(pick), free(x), free(y), free(w);
+    td_gguf_close(g);
+    cr_log_info("blk.0 expert down projections, 40 tokens: %lld of %lld equal under acc-f16 (%lld of %lld of experts "
+                "chosen by <= 8 tokens), %lld with f32 sums",
+                (long long)same, (long long)(T * K * E), (long long)same_few, (long long)few, (long long)same_f32);
+    cr_assert_gt(few, 0, "no expert chosen by 8 tokens or fewer: the check would not reach the point it is about");
+    cr_assert_lt(same_f32, T * K * E / 2, "f32 sums should not explain the arm (%lld equal)", (long long)same_f32);
+    cr_assert_eq(same, T * K * E, "acc-f16 reproduces %lld of %lld outputs", (long long)same, (long long)(T * K * E));
+}
+
+/* qwen3moe-q4_k, 40-token prompt and one decode step: the Vulkan arm is
+ * conformant with the oracle under its profile once the reference rounds
+ * every expert of the step as the arm does (above); before, it diverged at
+ * blk.1.attn_ctx of the prefill (r 1.72, 50 ties read from the arm's taps,
+ * blk.0.ffn_out already 2.2e-3 from the oracle). */
+Test(vulkan, moe_40_tokens_three_arm_conformant, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3moe-q4_k");
+    char toks[160] = "", *out = NULL, v[64], t[64];
+    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
+    int rc = bisect3(model, toks, "1", &out);
+    cr_assert(rc == 0 || rc == 1, "bisect exit %d", rc);
+    const char *bj = arm_b(out);
+    cr_log_info("qwen3moe-q4_k, 40 tokens: Vulkan %s, %s ties taken", field(bj, "\"verdict\"", v, sizeof v),
+                field(bj, "\"oracle_ties_taken\"", t, sizeof t));
+    cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant", "%.600s", bj);
+    cr_assert_eq(rc, 0, "three-arm bisect: exit %d", rc);
+    free(out);
+}
+
 /* ---- hybrid architectures (qwen4exp, qwen3next) ------------------------ */
 
 /* Every catalog tap the llama.cpp arms emit on qwen4exp: they build the
