@@ -64,6 +64,9 @@ struct td_tap_sink {
     hid_t fapl;
     hid_t str_type;   // variable-length UTF-8 string
     hid_t scalar;     // a scalar dataspace, for the taps' attributes
+    hid_t null_space; // the dataspace of every fingerprint-only tap
+    hid_t dcpl;       // a tap's dataset creation properties (unchunked)
+    hid_t gcpl;       // a step's group creation properties
     hid_t file;       // H5I_INVALID_HID only after a failed reopen
     hid_t steps;      // "/steps"
     hid_t step;       // the open step, H5I_INVALID_HID between steps
@@ -298,6 +301,9 @@ static herr_t file_close(td_tap_sink *s) {
 static void sink_free(td_tap_sink *s) {
     if (s->str_type >= 0) H5Tclose(s->str_type);
     if (s->scalar >= 0) H5Sclose(s->scalar);
+    if (s->null_space >= 0) H5Sclose(s->null_space);
+    if (s->dcpl >= 0) H5Pclose(s->dcpl);
+    if (s->gcpl >= 0) H5Pclose(s->gcpl);
     if (s->fapl >= 0) H5Pclose(s->fapl);
     free(s->patterns);
     free(s->filter_buf);
@@ -348,6 +354,7 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
     s->filter = td_xstrdup(o.filter ? o.filter : "");
     filter_parse(s);
     s->fapl = s->str_type = s->scalar = s->file = s->steps = s->step = H5I_INVALID_HID;
+    s->null_space = s->dcpl = s->gcpl = H5I_INVALID_HID;
 
     const char *what;
     char *tmp = NULL;
@@ -355,7 +362,13 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
     what = "set up HDF5 file access";
     if ((s->fapl = make_fapl()) < 0) goto fail;
     what = "make a scalar dataspace";
-    if (!H5OK(s->scalar = H5Screate(H5S_SCALAR))) goto fail;
+    if (!H5OK(s->scalar = H5Screate(H5S_SCALAR)) || !H5OK(s->null_space = H5Screate(H5S_NULL))) goto fail;
+    // No modification times on taps and steps: one header message less per
+    // object, and a rerun writes the same bytes (readers never used them).
+    what = "set up HDF5 object creation";
+    if (!H5OK(s->dcpl = H5Pcreate(H5P_DATASET_CREATE)) || !H5OK(H5Pset_obj_track_times(s->dcpl, 0)) ||
+        !H5OK(s->gcpl = H5Pcreate(H5P_GROUP_CREATE)) || !H5OK(H5Pset_obj_track_times(s->gcpl, 0)))
+        goto fail;
     what = "make the HDF5 string type";
     if (!H5OK(s->str_type = H5Tcopy(H5T_C_S1)) || !H5OK(H5Tset_size(s->str_type, H5T_VARIABLE)) ||
         !H5OK(H5Tset_cset(s->str_type, H5T_CSET_UTF8)))
@@ -486,7 +499,7 @@ int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n
     if (s->status) return report(s, err);
 
     hid_t g;
-    if (!H5OK(g = H5Gcreate2(s->steps, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT))) goto h5fail;
+    if (!H5OK(g = H5Gcreate2(s->steps, name, H5P_DEFAULT, s->gcpl, H5P_DEFAULT))) goto h5fail;
     if (attr_put_str(s->str_type, g, "kind", kind == TD_STEP_PREFILL ? "prefill" : "decode") < 0 ||
         attr_put_i64(g, "pos0", pos0) < 0 || attr_put_i64(g, "n_tokens", n_tokens) < 0 ||
         attr_put_i64(g, "n_taps", 0) < 0 || attr_put_i32(g, "complete", 0) < 0) {
@@ -661,11 +674,13 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
     int32_t layer_attr = layer >= 0 ? (int32_t)layer : layer_of(full);
 
     int ok = 0;
-    hid_t space, dcpl, dset;
-    if (!H5OK(space = has_data ? H5Screate_simple(ndim, dims, NULL) : H5Screate(H5S_NULL))) goto out;
-    if (!H5OK(dcpl = H5Pcreate(H5P_DATASET_CREATE))) goto close_space;
+    // A fingerprint-only tap (most taps of most runs) creates no dataspace
+    // or property list of its own.
+    hid_t space = s->null_space, dcpl = s->dcpl, dset;
+    if (has_data && !H5OK(space = H5Screate_simple(ndim, dims, NULL))) goto out;
     if (has_data && count * esize > CONTIG_MAX_BYTES && s->compress > 0) {
         hsize_t chunk[TD_TAP_MAX_DIMS];
+        if (!H5OK(dcpl = H5Pcopy(s->dcpl))) goto close_space;
         chunk_dims(ndim, dims, esize, chunk);
         // Order matters: shuffle groups the bytes that deflate then compresses.
         if (!H5OK(H5Pset_chunk(dcpl, ndim, chunk)) || !H5OK(H5Pset_shuffle(dcpl)) ||
@@ -681,9 +696,9 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
 close_dset:
     if (!H5OK(H5Dclose(dset))) ok = 0;
 close_dcpl:
-    if (!H5OK(H5Pclose(dcpl))) ok = 0;
+    if (dcpl != s->dcpl && !H5OK(H5Pclose(dcpl))) ok = 0;
 close_space:
-    if (!H5OK(H5Sclose(space))) ok = 0;
+    if (space != s->null_space && !H5OK(H5Sclose(space))) ok = 0;
 out:
     if (!ok) {
         fail(s, TD_EOUTPUT, "tap file %s: step %s: cannot write tap '%s' (%s)", s->path, step, full,

@@ -371,6 +371,113 @@ Test(taps, fingerprint_by_hand) {
                                {0x1p-133, -INFINITY, NAN, NAN}});
 }
 
+// The fingerprint as the schema defines it, one element at a time: the
+// oracle for the writer's one-pass loop (which must give the same bits).
+static double oracle_f16(uint16_t h) {
+    unsigned e = (h >> 10) & 0x1fu, m = h & 0x3ffu;
+    double v = e == 0 ? ldexp(m, -24) : e == 31 ? (m ? NAN : INFINITY) : ldexp(m | 0x400u, (int)e - 25);
+    return (h & 0x8000u) ? -v : v;
+}
+
+static double oracle_value(td_dtype dt, const void *data, uint64_t i) {
+    switch (dt) {
+    case TD_DT_F64: return ((const double *)data)[i];
+    case TD_DT_F32: return ((const float *)data)[i];
+    case TD_DT_F16: return oracle_f16(((const uint16_t *)data)[i]);
+    case TD_DT_BF16: {
+        uint32_t bits = (uint32_t)((const uint16_t *)data)[i] << 16;
+        float f;
+        memcpy(&f, &bits, sizeof f);
+        return f;
+    }
+    case TD_DT_I32: return ((const int32_t *)data)[i];
+    case TD_DT_I64: return (double)((const int64_t *)data)[i];
+    }
+    return NAN;
+}
+
+static void oracle_fp(td_fingerprint *fp, td_dtype dt, const void *data, uint64_t count) {
+    memset(fp, 0, sizeof *fp);
+    fp->count = count;
+    fp->min = fp->max = fp->max_abs = NAN;
+    for (int i = 0; i < 4; i++) fp->first[i] = NAN;
+    int have = 0;
+    for (uint64_t i = 0; i < count; i++) {
+        double v = oracle_value(dt, data, i);
+        if (i < 4) fp->first[i] = v;
+        if (v != 0.0) fp->n_nonzero++;
+        if (!isfinite(v)) {
+            fp->n_nonfinite++;
+            continue;
+        }
+        if (!have || v < fp->min) fp->min = v;
+        if (!have || v > fp->max) fp->max = v;
+        if (!have || fabs(v) > fp->max_abs) fp->max_abs = fabs(v);
+        have = 1;
+        fp->sum += v;
+        fp->sum_abs += fabs(v);
+        fp->sum_sq += v * v;
+    }
+}
+
+Test(taps, fingerprint_is_the_element_by_element_summary_bit_for_bit) {
+    // Every f16 and bf16 bit pattern, then random values of every dtype
+    // salted with zeros of both signs, infinities, NaNs and ties of extrema.
+    enum { N = 65536 };
+    uint16_t *h = malloc(N * sizeof *h);
+    double *d = malloc(N * sizeof *d);
+    float *f = malloc(N * sizeof *f);
+    int32_t *i32 = malloc(N * sizeof *i32);
+    int64_t *i64 = malloc(N * sizeof *i64);
+    cr_assert(h && d && f && i32 && i64);
+    for (int i = 0; i < N; i++) h[i] = (uint16_t)(i * 40503u);
+    for (int i = 0; i < N; i++) { // each f16 value alone: its widening is first[0]
+        const uint16_t one = (uint16_t)i;
+        td_fingerprint got;
+        td_fingerprint_compute(&got, TD_DT_F16, &one, 1);
+        const double want = oracle_f16(one);
+        cr_expect_eq(memcmp(&got.first[0], &want, sizeof want), 0, "f16 0x%04x: %.17g, want %.17g", i, got.first[0],
+                     want);
+    }
+    uint64_t r = 0x9e3779b97f4a7c15u;
+    for (int i = 0; i < N; i++) {
+        r ^= r << 13, r ^= r >> 7, r ^= r << 17;
+        double v = ldexp((double)(int64_t)(r >> 11) - 0x1p52, (int)(r % 40) - 60);
+        switch (r % 23) {
+        case 0: v = 0.0; break;
+        case 1: v = -0.0; break;
+        case 2: v = INFINITY; break;
+        case 3: v = -INFINITY; break;
+        case 4: v = NAN; break;
+        case 5: v = 1e-310; break;
+        }
+        d[i] = v;
+        f[i] = (float)v;
+        i32[i] = (int32_t)(r >> 40) - (1 << 23);
+        i64[i] = (int64_t)r;
+    }
+    // Which zero an extremum keeps when it is the extremum.
+    const double zmin[3] = {0.0, -0.0, 1.0}, zmax[3] = {-0.0, 0.0, -1.0};
+    const float zminf[3] = {-0.0f, 0.0f, 1.0f}, zmaxf[3] = {0.0f, -0.0f, -1.0f};
+    const struct {
+        td_dtype dt;
+        const void *p;
+    } cases[] = {{TD_DT_F16, h}, {TD_DT_BF16, h}, {TD_DT_F64, d}, {TD_DT_F32, f}, {TD_DT_I32, i32}, {TD_DT_I64, i64},
+                   {TD_DT_F64, zmin}, {TD_DT_F64, zmax}, {TD_DT_F32, zminf}, {TD_DT_F32, zmaxf}};
+    const uint64_t counts[] = {0, 1, 3, 5, 1000, N};
+    for (size_t c = 0; c < sizeof cases / sizeof cases[0]; c++)
+        for (size_t k = 0; k < sizeof counts / sizeof counts[0] && (c < 6 || counts[k] <= 3); k++) {
+            td_fingerprint got, want;
+            td_fingerprint_compute(&got, cases[c].dt, cases[c].p, counts[k]);
+            oracle_fp(&want, cases[c].dt, cases[c].p, counts[k]);
+            char what[64];
+            snprintf(what, sizeof what, "%s x %llu", td_dtype_name(cases[c].dt), (unsigned long long)counts[k]);
+            cr_expect_eq(memcmp(&got, &want, sizeof got), 0, "%s: not the same bits", what);
+            check_fp(what, &got, &want);
+        }
+    free(h), free(d), free(f), free(i32), free(i64);
+}
+
 Test(taps, null_sink_is_one_branch) {
     td_tap_sink *s = NULL;
     int e_layer = 0, e_name = 0, e_data = 0, e_shape = 0;
