@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -903,9 +904,10 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
         for (int64_t r = 0; r < nr; r++) {
             const double *ar = c->ba + (uint64_t)r * cols, *br = c->bb + (uint64_t)r * cols;
             double rd2 = 0, ra2 = 0;
-            int finite = 1;
-            for (uint64_t j = 0; j < cols; j++) finite &= isfinite(ar[j]) & isfinite(br[j]);
-            if (finite) {
+            // |v| <= DBL_MAX is false for NaN and infinities; this form vectorizes
+            int bad = 0;
+            for (uint64_t j = 0; j < cols; j++) bad |= !(fabs(ar[j]) <= DBL_MAX) | !(fabs(br[j]) <= DBL_MAX);
+            if (!bad) {
                 // The loop below without its non-finite branches, its maxima
                 // in registers and the column sums in a loop of their own
                 // (vectorized): every sum adds the same terms in the same
@@ -1003,8 +1005,9 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     if (rows <= 1 && b->ndim < 2) where_reset(t->rows, row_d2s); // no positions in a 1-D tap
     double col_d2s[TD_CMP_N_WHERE];
     where_reset(t->cols, col_d2s);
-    for (uint64_t j = 0; j < cols; j++)
-        where_push(t->cols, col_d2s, (int64_t)j, c->col_d2[j], rel_l2(c->col_d2[j], c->col_a2[j], c->col_d2[j]));
+    for (uint64_t j = 0; j < cols; j++) // where_push's own test first: the error only for columns it keeps
+        if (c->col_d2[j] > col_d2s[TD_CMP_N_WHERE - 1])
+            where_push(t->cols, col_d2s, (int64_t)j, c->col_d2[j], rel_l2(c->col_d2[j], c->col_a2[j], c->col_d2[j]));
     where_share(t->cols, col_d2s, d2);
     if (logits) t->lg_topk_mean = rows ? topk_sum / (double)rows : 1.0;
     return TD_OK;
