@@ -27,7 +27,10 @@
  *   mm-f16@N    in a step of more than N tokens, the weight matmuls round
  *               both operands (activations and dequantized weights) to f16
  *               (the tiled path, N = the matrix-vector limit, 8 in
- *               ggml-vulkan); sums stay in the working precision.
+ *               ggml-vulkan); sums stay in the working precision. The
+ *               QSA indexer's score (pooled keys x queries, activations on
+ *               both sides) is one such matmul with index heads x tokens
+ *               columns: above N both operands are rounded to f16 too.
  *   acc-f16     quantized weight matmuls under mm-f16 sum in f16, as
  *               ggml-vulkan's f16acc tile runs on lavapipe (fp16 devices
  *               without cooperative matrices or integer dot products): k in

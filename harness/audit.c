@@ -106,12 +106,7 @@ static int find_layers_of(const td_tapfile *f, const char *suffix, int32_t **lay
     }
     free(taps);
     // taps come in execution order, which need not be layer order for every engine
-    for (int i = 1; i < cnt; i++)
-        for (int j = i; j > 0 && v[j - 1] > v[j]; j--) {
-            const int32_t t = v[j];
-            v[j] = v[j - 1];
-            v[j - 1] = t;
-        }
+    td_sort_i32(v, (size_t)cnt);
     *layers = v;
     *n = cnt;
     return TD_OK;

@@ -1030,6 +1030,14 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     return TD_OK;
 }
 
+// Taps whose values are rows of their catalog input copied unchanged (no
+// arithmetic): ssm_conv_state is the tail of the conv input ssm_qkv.
+static int copies_rows_of_input(const char *name) {
+    long layer;
+    const char *base = blk_base(name, &layer);
+    return base && !strcmp(base, "ssm_conv_state");
+}
+
 // Applies the budget (and the logits row checks) once err and err_ctrl are
 // known. Priority of the failure kinds: non-finite, budget, top-1, KL.
 static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
@@ -1054,9 +1062,14 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
     // control error its input carried (measured over more values) counts too.
     // It may amplify that error as much as the control's largest growth there so far.
     t->err_ctrl_used = t->ctrl != TD_CTRL_NONE ? t->err_ctrl : NAN;
-    if (t->count < TD_CMP_SMALL_TAP && in && !isnan(in->err_ctrl_used)) {
+    // A tap that holds a copy of some rows of its input (the conv state: the
+    // last K-1 rows of ssm_qkv) adds no arithmetic of its own: its few rows
+    // are one draw of the control error its input measured over all of them,
+    // so that error counts for it too, unamplified (a copy grows nothing).
+    const int copy = in && copies_rows_of_input(t->name);
+    if ((t->count < TD_CMP_SMALL_TAP || copy) && in && !isnan(in->err_ctrl_used)) {
         double g = 1.0;
-        if (t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
+        if (!copy && t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
             isfinite(in->err_ctrl)) {
             int i = 0;
             while (i < c->n_sg && strcmp(c->sg[i].name, t->name)) i++;

@@ -18,21 +18,12 @@ static void pins_free(pin_list *l) {
     memset(l, 0, sizeof *l);
 }
 
-static void sort_i64(int64_t *x, int64_t n) {
-    for (int64_t i = 1; i < n; i++)
-        for (int64_t j = i; j > 0 && x[j - 1] > x[j]; j--) {
-            const int64_t t = x[j];
-            x[j] = x[j - 1];
-            x[j - 1] = t;
-        }
-}
-
 /* The positions of a qsa_sel row as a set: ascending, -1 pads last. */
 static void as_set(int64_t *out, const int64_t *row, int64_t W) {
     memcpy(out, row, (size_t)W * sizeof *out);
     for (int64_t j = 0; j < W; j++)
         if (out[j] < 0) out[j] = INT64_MAX;
-    sort_i64(out, W);
+    td_sort_i64(out, (size_t)W);
     for (int64_t j = 0; j < W; j++)
         if (out[j] == INT64_MAX) out[j] = -1;
 }

@@ -207,3 +207,21 @@ int td_mkdir_p(const char *dir, td_err *err) {
     free(p);
     return rc;
 }
+
+static int cmp_i32(const void *a, const void *b) {
+    const int32_t x = *(const int32_t *)a, y = *(const int32_t *)b;
+    return (x > y) - (x < y);
+}
+
+static int cmp_i64(const void *a, const void *b) {
+    const int64_t x = *(const int64_t *)a, y = *(const int64_t *)b;
+    return (x > y) - (x < y);
+}
+
+void td_sort_i32(int32_t *v, size_t n) {
+    if (n > 1) qsort(v, n, sizeof *v, cmp_i32);
+}
+
+void td_sort_i64(int64_t *v, size_t n) {
+    if (n > 1) qsort(v, n, sizeof *v, cmp_i64);
+}

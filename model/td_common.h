@@ -76,6 +76,11 @@ void td_sha256_buf(const void *data, size_t n, char hex[65]);
  * that could not be created. */
 int td_mkdir_p(const char *dir, td_err *err);
 
+/* Sorts v[0..n) ascending (qsort: the QSA selections a real model has run
+ * to thousands of positions, too many for an insertion sort per token). */
+void td_sort_i32(int32_t *v, size_t n);
+void td_sort_i64(int64_t *v, size_t n);
+
 #ifdef __cplusplus
 }
 #endif

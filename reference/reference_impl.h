@@ -822,10 +822,32 @@ static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_e
         const int64_t p4[4] = {b * rr, b * rr, b * rr, b * rr};
         FN(rope_imrope)(kb, p4, &r->rope_idx, hp->rope_sections, 1);
     }
+    // profile rounding point (mm-f16@N): the score is one mul_mat of the
+    // pooled keys by the queries of every index head and token, activations on
+    // both sides, so its columns are Hi*T; above the matrix-vector limit
+    // ggml-vulkan runs it in its tiled matmul, both operands in f16 tiles and
+    // an f32 sum (its F32 x F32 pipeline). The rounded queries are the qsa_q
+    // tap's values, read back from an arm's taps for their f16 ties.
+    const real *iq = a->iq;
+    if (NB > 0 && td_profile_mm_f16(&r->profile, Hi * T)) {
+        if (T * Hi * di > r->cap_qin) {
+            free(r->qin);
+            r->cap_qin = T * Hi * di;
+            r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
+        }
+        td_act_ties_site("qsa_scores");
+        for (int64_t t = 0; t < T; t++) {
+            td_act_ties_source_of(a->iq, t * Hi * di);
+            ACT_ROUND(r->qin + t * Hi * di, a->iq + t * Hi * di, Hi * di, TD_ACT_F16);
+        }
+        td_act_ties_source_of(r->qsa_kb, 0); // not a tap: the pooled keys are searched, not read
+        ACT_ROUND(r->qsa_kb, r->qsa_kb, NB * di, TD_ACT_F16);
+        iq = r->qin;
+    }
     for (int64_t t = 0; t < T; t++) {
         const int64_t nbt = (a->pos[t] + 1) / rr; // blocks complete for this token
         for (int64_t b = 0; b < NB; b++)
-            r->qsa_sc[t * NB + b] = b < nbt ? FN(qsa_block_score)(a->iq + t * Hi * di, r->qsa_kb + b * di, Hi, di) : -1;
+            r->qsa_sc[t * NB + b] = b < nbt ? FN(qsa_block_score)(iq + t * Hi * di, r->qsa_kb + b * di, Hi, di) : -1;
     }
     if (NB > 0) tap2(sink, l, "qsa_scores", r->qsa_sc, T, NB);
 
@@ -1157,12 +1179,7 @@ int64_t FN(qsa_select)(int64_t *sel, const real *score, int64_t p, int64_t r, in
     free(taken);
     for (int64_t s = Tt; s <= p; s++) sel[n++] = s; // the tail: always selected
     // ascending, so the selection compares as a set
-    for (int64_t i = 1; i < n; i++)
-        for (int64_t j = i; j > 0 && sel[j - 1] > sel[j]; j--) {
-            const int64_t t = sel[j];
-            sel[j] = sel[j - 1];
-            sel[j - 1] = t;
-        }
+    td_sort_i64(sel, (size_t)n);
     return n;
 }
 

@@ -130,13 +130,19 @@ static cJSON *json_where(const td_audit_where *w, int two) {
     return o;
 }
 
-char *td_audit_json(const td_audit_result *r) {
+/* The head both audit documents open with. */
+static cJSON *json_head(const char *format, int verdict, const char *reason) {
     cJSON *doc = cJSON_CreateObject();
-    cJSON_AddStringToObject(doc, "format", "tapdiff-audit");
+    cJSON_AddStringToObject(doc, "format", format);
     cJSON_AddNumberToObject(doc, "version", 1);
-    cJSON_AddStringToObject(doc, "verdict", r->verdict == TD_OK ? "pass" : "fail");
-    cJSON_AddNumberToObject(doc, "exit", r->verdict == TD_OK ? 0 : 1);
-    cJSON_AddStringToObject(doc, "reason", r->reason);
+    cJSON_AddStringToObject(doc, "verdict", verdict == TD_OK ? "pass" : "fail");
+    cJSON_AddNumberToObject(doc, "exit", verdict == TD_OK ? 0 : 1);
+    cJSON_AddStringToObject(doc, "reason", reason);
+    return doc;
+}
+
+char *td_audit_json(const td_audit_result *r) {
+    cJSON *doc = json_head("tapdiff-audit", r->verdict, r->reason);
     cJSON_AddNumberToObject(doc, "unexplained", (double)r->n_unexplained);
     cJSON_AddNumberToObject(doc, "steps", (double)r->n_steps);
     cJSON_AddNumberToObject(doc, "near_k", r->near_k);
@@ -204,6 +210,41 @@ char *td_audit_json(const td_audit_result *r) {
             cJSON_AddItemToObject(o, "first_unexplained", json_where(&p->first_unexplained, 1));
             cJSON_AddItemToArray(ps, o);
         }
+    }
+    char *s = cJSON_Print(doc);
+    cJSON_Delete(doc);
+    TD_ASSERT(s);
+    return s;
+}
+
+char *td_audit_qsa_json(const td_audit_qsa_result *r) {
+    cJSON *doc = json_head("tapdiff-audit-qsa", r->verdict, r->reason);
+    cJSON_AddNumberToObject(doc, "files", r->n_arms);
+    cJSON_AddNumberToObject(doc, "steps", (double)r->n_steps);
+    cJSON_AddNumberToObject(doc, "unexplained", (double)r->n_unexplained);
+    cJSON *ls = cJSON_AddArrayToObject(doc, "layers");
+    for (int i = 0; i < r->n_layers; i++) {
+        const td_audit_qsa_layer *L = &r->layers[i];
+        cJSON *l = cJSON_CreateObject();
+        cJSON_AddNumberToObject(l, "layer", L->layer);
+        cJSON_AddNumberToObject(l, "r", (double)L->r);
+        cJSON_AddNumberToObject(l, "W", (double)L->W);
+        cJSON_AddNumberToObject(l, "tokens", (double)L->n_tokens);
+        cJSON_AddNumberToObject(l, "sparse", (double)L->n_sparse);
+        cJSON_AddNumberToObject(l, "cut_block", (double)L->n_cut);
+        cJSON_AddNumberToObject(l, "exact_block_ties", (double)L->n_exact);
+        cJSON_AddNumberToObject(l, "f16_ties", (double)L->n_tie_f16);
+        cJSON_AddNumberToObject(l, "near_ties", (double)L->n_near);
+        cJSON_AddNumberToObject(l, "not_topw", (double)L->n_not_topw);
+        cJSON_AddNumberToObject(l, "not_topw_unexplained", (double)L->n_not_topw_unexplained);
+        if (r->n_arms == 2) {
+            cJSON_AddNumberToObject(l, "disagreements", (double)L->n_disagree);
+            cJSON_AddNumberToObject(l, "explained_exact", (double)L->n_explained_exact);
+            cJSON_AddNumberToObject(l, "explained_near", (double)L->n_explained_near);
+            cJSON_AddNumberToObject(l, "unexplained", (double)L->n_unexplained);
+        }
+        cJSON_AddItemToObject(l, "first_unexplained", json_where(&L->first_unexplained, r->n_arms == 2));
+        cJSON_AddItemToArray(ls, l);
     }
     char *s = cJSON_Print(doc);
     cJSON_Delete(doc);

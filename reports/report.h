@@ -48,6 +48,9 @@ int td_report_worst(const td_cmp_result *r, int64_t *idx, int n);
 void td_audit_markdown(FILE *f, const td_audit_result *r);
 /* JSON document, format "tapdiff-audit" version 1, indented; caller frees. */
 char *td_audit_json(const td_audit_result *r);
+/* The QSA selection audit (td_audit_qsa) as JSON, format "tapdiff-audit-qsa"
+ * version 1, indented: the table's counts per layer; caller frees. */
+char *td_audit_qsa_json(const td_audit_qsa_result *r);
 /* Self-contained HTML (no scripts, no external resources): the tables and,
  * per arm and layer, an inline SVG histogram of log10 margins with the exact
  * ties as their own bar and the largest threshold marked. */

@@ -71,7 +71,8 @@ static const td_tap_entry catalog[] = {
      "indexer block scores Σ_heads ReLU(q̃·k̃_b) per token; −1 where block b is not complete for that token"},
     {"blk.L.qsa_sel", TD_TAPC_I32, "T, Wq", HC_ARCHS, "qsa_scores",
      "QSA selected key positions in rank order: the incomplete tail ascending, then whole blocks by descending "
-     "score (equal scores: lower block first), positions ascending in a block; −1 pads (dense while p < Wq)"},
+     "score (equal scores: lower block first), positions ascending in a block; −1 pads "
+     "(dense while p < Wq: 0..p ascending)"},
     {"blk.L.attn_probs", TD_TAPC_FLOAT, "H, T, n_kv", "", "attn_q_rope|attn_q_norm|attn_q, attn_k_rope|attn_k_norm|attn_k",
      "softmax(QKᵀ/√D) (optional, large: llamacpp with TD_LLAMACPP_ALL_NODES=1)"},
     {"blk.L.attn_ctx", TD_TAPC_FLOAT, "T, H·D", ATTN_ARCHS,

@@ -1441,6 +1441,29 @@ static int gdn_open_layer(cpu_backend *b, int l, td_err *err) {
     return TD_OK;
 }
 
+/* Layer l's routed experts (router, up, gate where present or need_gate,
+ * down), checked; load_model and q4_load share it. */
+static int check_moe(const td_cpu_kernels *k, const td_layer *L, int l, int64_t E, int64_t X, int64_t F, int need_gate,
+                     td_err *err) {
+    int rc;
+    if ((rc = check_matrix(k, L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
+    if ((rc = check_matrix(k, L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
+    if ((need_gate || L->ffn.gate_exps) &&
+        (rc = check_matrix(k, L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err)))
+        return rc;
+    return check_matrix(k, L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err);
+}
+
+/* Layer l's shared expert: its gate vector decoded, its three matrices checked. */
+static int load_shexp(const td_cpu_kernels *k, cpu_layer *C, const td_layer *L, int l, int64_t E, int64_t Fs,
+                      td_err *err) {
+    int rc;
+    if ((rc = load_vec(k, &C->shexp_gate, L->ffn.gate_inp_shexp, "ffn_gate_inp_shexp", l, 0, E, err))) return rc;
+    if ((rc = check_matrix(k, L->ffn.gate_shexp, "ffn_gate_shexp", l, E, Fs, err))) return rc;
+    if ((rc = check_matrix(k, L->ffn.up_shexp, "ffn_up_shexp", l, E, Fs, err))) return rc;
+    return check_matrix(k, L->ffn.down_shexp, "ffn_down_shexp", l, Fs, E, err);
+}
+
 #include "cpu_hc.c"
 
 static int load_model(cpu_backend *b, td_err *err) {
@@ -1471,13 +1494,7 @@ static int load_model(cpu_backend *b, td_err *err) {
             return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks %s", l, C->attn_norm ? "ffn_norm" : "attn_norm");
         if ((rc = load_vec(k, &C->q_norm, L->attn.q_norm, "attn_q_norm", l, 0, D, err))) return rc;
         if ((rc = load_vec(k, &C->k_norm, L->attn.k_norm, "attn_k_norm", l, 0, D, err))) return rc;
-        if (L->ffn.gate_inp_shexp) {
-            const int64_t Fs = hp->n_ff_shexp;
-            if ((rc = load_vec(k, &C->shexp_gate, L->ffn.gate_inp_shexp, "ffn_gate_inp_shexp", l, 0, E, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn.gate_shexp, "ffn_gate_shexp", l, E, Fs, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn.up_shexp, "ffn_up_shexp", l, E, Fs, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn.down_shexp, "ffn_down_shexp", l, Fs, E, err))) return rc;
-        }
+        if (L->ffn.gate_inp_shexp && (rc = load_shexp(k, C, L, l, E, hp->n_ff_shexp, err))) return rc;
         if (L->kind == TD_LAYER_GDN) {
             if ((rc = gdn_open_layer(b, l, err))) return rc;
         } else if (L->attn.q_gated) {
@@ -1501,11 +1518,7 @@ static int load_model(cpu_backend *b, td_err *err) {
         if ((rc = load_vec(k, &C->bo, L->attn.bo, "attn_output.bias", l, 0, E, err))) return rc;
         if (L->ffn.gate_inp) {
             if (X < 1) return td_err_set(err, TD_EINPUT, NAME ": layer %d has a router but expert_count is 0", l);
-            if ((rc = check_matrix(k, L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
-            if ((rc = check_matrix(k, L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
-            if (L->ffn.gate_exps && (rc = check_matrix(k, L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err)))
-                return rc;
-            if ((rc = check_matrix(k, L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
+            if ((rc = check_moe(k, L, l, E, X, F, 0, err))) return rc;
         } else {
             if ((rc = check_matrix(k, L->ffn.gate, "ffn_gate", l, E, F, err))) return rc;
             if ((rc = check_matrix(k, L->ffn.up, "ffn_up", l, E, F, err))) return rc;

@@ -656,14 +656,7 @@ static int q4_load(cpu_backend *b, td_err *err) {
         }
         if (!L->ffn.gate_inp || !L->ffn.gate_inp_shexp || X < 1)
             return td_err_set(err, TD_EINPUT, NAME ": layer %d lacks the MoE router or the shared-expert gate", l);
-        if ((rc = check_matrix(k, L->ffn.gate_inp, "ffn_gate_inp", l, E, X, err))) return rc;
-        if ((rc = check_matrix(k, L->ffn.up_exps, "ffn_up_exps", l, E, X * F, err))) return rc;
-        if ((rc = check_matrix(k, L->ffn.gate_exps, "ffn_gate_exps", l, E, X * F, err))) return rc;
-        if ((rc = check_matrix(k, L->ffn.down_exps, "ffn_down_exps", l, F, X * E, err))) return rc;
-        if ((rc = load_vec(k, &C->shexp_gate, L->ffn.gate_inp_shexp, "ffn_gate_inp_shexp", l, 0, E, err))) return rc;
-        if ((rc = check_matrix(k, L->ffn.gate_shexp, "ffn_gate_shexp", l, E, Fs, err))) return rc;
-        if ((rc = check_matrix(k, L->ffn.up_shexp, "ffn_up_shexp", l, E, Fs, err))) return rc;
-        if ((rc = check_matrix(k, L->ffn.down_shexp, "ffn_down_shexp", l, Fs, E, err))) return rc;
+        if ((rc = check_moe(k, L, l, E, X, F, 1, err)) || (rc = load_shexp(k, C, L, l, E, Fs, err))) return rc;
     }
     return TD_OK;
 }

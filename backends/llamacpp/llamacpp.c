@@ -999,8 +999,14 @@ static int observe_q4x(lc_obs *o, const struct ggml_tensor *t, int64_t n) {
         int64_t m = 0;
         for (int64_t j = 0; j < W; j++) // masked cells (a later position, an empty cell) leave
             if (row[j] >= 0 && row[j] <= p) row[m++] = row[j];
-        // the catalog's rank order with the peer's own scores (its top-k order is unstable)
-        td_qsa_rank_f32(row, m, W, p, r, o->qsa_sc + i * o->qsa_nb);
+        // the catalog's order (its top-k order is unstable): a dense row ascending, as the
+        // reference writes it; a sparse one in rank order with the peer's own scores
+        if (p + 1 <= W) {
+            td_sort_i32(row, (size_t)m);
+            for (int64_t j = m; j < W; j++) row[j] = -1;
+        } else {
+            td_qsa_rank_f32(row, m, W, p, r, o->qsa_sc + i * o->qsa_nb);
+        }
     }
     c->ndim = 2, c->shape[0] = T, c->shape[1] = W;
     return take_canonical(o, t);

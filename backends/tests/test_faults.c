@@ -175,18 +175,10 @@ static void bisect(const char *backend, const char *fixture, const char *fault, 
              td, model, backend, fault ? "--inject " : "", fault ? fault : "",
              long_prompt || !strncmp(fixture, "qwen3next", 9) ? PROMPT_LONG : PROMPT, STEPS, tmpdir, backend,
              fixture, fault ? fault : "none", long_prompt ? "-long" : "");
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen %s", cmd);
-    size_t cap = 1 << 16, len = 0, n;
-    char *buf = malloc(cap);
-    while ((n = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += n;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = '\0';
-    int st = pclose(p);
+    char *buf = NULL;
+    const int rc = td_test_sh_capture_all(cmd, &buf);
     memset(f, 0, sizeof *f);
-    f->exit_code = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    f->exit_code = rc;
     cr_assert(f->exit_code == 0 || f->exit_code == 1, "%s: exit %d (expected a verdict 0/1)", cmd, f->exit_code);
     cJSON *o = cJSON_Parse(buf);
     free(buf);

@@ -37,7 +37,8 @@ static const char *const audit_help =
     "                 blk.L.qsa_scores): per sparse token, block ties at the W-th position (a\n"
     "                 cut block counted apart), f16 and near ties, selections that are not a\n"
     "                 top-W of their scores; with OTHER, disagreements explained or not (one\n"
-    "                 Markdown table; --json and --report are for routers only)\n"
+    "                 Markdown table; with --json the document of format tapdiff-audit-qsa;\n"
+    "                 --report is for routers only)\n"
     "  --help         this text\n"
     "\n"
     "exit: 0 pass, 1 fail (an unexplained disagreement or selection, or no MoE taps: an\n"
@@ -76,11 +77,17 @@ int td_cmd_audit(int argc, char **argv) {
 
     td_err err = {{0}};
     if (qsa) {
-        if (json || report) return td_cli_failf("audit", TD_EUSAGE, "--qsa prints one table: no --json or --report");
+        if (report) return td_cli_failf("audit", TD_EUSAGE, "--qsa prints one table or --json: no --report");
         td_audit_qsa_result *q = NULL;
         int rq = td_audit_qsa(pos[0], pos[1], control, &q, &err);
         if (rq) return td_cli_fail("audit", rq, &err);
-        td_audit_qsa_print(stdout, q);
+        if (json) {
+            char *s = td_audit_qsa_json(q);
+            puts(s);
+            free(s);
+        } else {
+            td_audit_qsa_print(stdout, q);
+        }
         rq = q->verdict;
         if (rq != TD_OK) td_cli_failf("audit", rq, "FAIL: %s", q->reason);
         td_audit_qsa_result_free(q);

@@ -516,3 +516,61 @@ Test(audit, covers_every_qwen3next_router) {
     cr_expect_eq(r->verdict, TD_OK, "%s", r->reason);
     td_audit_result_free(r);
 }
+
+/* `audit --qsa --json` on the reference's qwen4exp taps: a JSON document
+ * whose per-layer block size, budget and token counts match the model's
+ * hyper-parameters (r = qsa_ratio, W = idx_topk + r - 1; sparse tokens are
+ * the positions p with p + 1 > W, counted here), and the two-file form adds
+ * the disagreement counts. --report stays refused for --qsa. */
+Test(audit, qsa_json_document_counts_what_the_model_implies) {
+    td_err e;
+    cr_assert_eq(td_fixture_write("qwen4exp-f32", tmp, model, sizeof model, &e), 0, "%s", e.msg);
+    run_out ro;
+    run_ref("ref", in_tmp("q.h5"), &ro);
+    td_model *m = NULL;
+    cr_assert_eq(td_model_open(&m, model, &e), 0, "%s", e.msg);
+    char args[1024];
+    snprintf(args, sizeof args, "audit --qsa '%s' --json", in_tmp("q.h5"));
+    cr_assert_eq(run_tapdiff(args, in_tmp("q.json")), 0);
+    char *js = slurp(in_tmp("q.json"));
+    cJSON *doc = cJSON_Parse(js);
+    cr_assert_not_null(doc, "stdout is not JSON: %.200s", js);
+    cr_assert_str_eq(cJSON_GetObjectItem(doc, "format")->valuestring, "tapdiff-audit-qsa");
+    cr_assert_str_eq(cJSON_GetObjectItem(doc, "verdict")->valuestring, "pass");
+    cJSON *ls = cJSON_GetObjectItem(doc, "layers");
+    int n_qsa = 0;
+    for (uint32_t l = 0; l < m->hp.n_layer; l++) {
+        const int64_t r = m->hp.qsa_ratio[l];
+        if (!r) continue;
+        cJSON *L = cJSON_GetArrayItem(ls, n_qsa++);
+        cr_assert_not_null(L, "no JSON row for QSA layer %u", l);
+        const int64_t W = (int64_t)m->hp.idx_topk + r - 1;
+        int64_t sparse = 0;
+        for (int64_t p = 0; p < ro.n_tokens; p++) sparse += p + 1 > W;
+        cr_expect_eq(cJSON_GetObjectItem(L, "layer")->valuedouble, (double)l);
+        cr_expect_eq(cJSON_GetObjectItem(L, "r")->valuedouble, (double)r, "layer %u", l);
+        cr_expect_eq(cJSON_GetObjectItem(L, "W")->valuedouble, (double)W, "layer %u", l);
+        cr_expect_eq(cJSON_GetObjectItem(L, "tokens")->valuedouble, (double)ro.n_tokens, "layer %u", l);
+        cr_expect_eq(cJSON_GetObjectItem(L, "sparse")->valuedouble, (double)sparse, "layer %u", l);
+        cr_expect_null(cJSON_GetObjectItem(L, "disagreements"), "one file: no pair counts");
+    }
+    cr_assert_gt(n_qsa, 0, "the fixture has QSA layers");
+    cr_expect_eq(cJSON_GetArraySize(ls), n_qsa);
+    cJSON_Delete(doc);
+    free(js);
+
+    snprintf(args, sizeof args, "audit --qsa '%s' '%s' --json", in_tmp("q.h5"), in_tmp("q.h5"));
+    cr_assert_eq(run_tapdiff(args, in_tmp("q2.json")), 0);
+    js = slurp(in_tmp("q2.json"));
+    doc = cJSON_Parse(js);
+    cr_assert_not_null(doc, "stdout is not JSON: %.200s", js);
+    cJSON *L0 = cJSON_GetArrayItem(cJSON_GetObjectItem(doc, "layers"), 0);
+    cr_assert_not_null(cJSON_GetObjectItem(L0, "disagreements"));
+    cr_expect_eq(cJSON_GetObjectItem(L0, "disagreements")->valuedouble, 0, "a file against itself");
+    cJSON_Delete(doc);
+    free(js);
+
+    snprintf(args, sizeof args, "audit --qsa '%s' --report '%s'", in_tmp("q.h5"), in_tmp("rq"));
+    cr_expect_eq(run_tapdiff(args, in_tmp("q3.txt")), 2);
+    td_model_close(m);
+}

@@ -17,12 +17,7 @@ static const char *tapdiff(void) { return td_test_tapdiff(); }
 static int run(const char *args, char *out, size_t outsz) {
     char cmd[4096];
     snprintf(cmd, sizeof cmd, "'%s' %s 2>&1", tapdiff(), args);
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p);
-    size_t n = fread(out, 1, outsz - 1, p);
-    out[n] = '\0';
-    int st = pclose(p);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+    return td_test_sh_capture(cmd, out, outsz);
 }
 
 static char buf[1 << 16];

@@ -1086,3 +1086,52 @@ Test(compare, qsa_score_error_is_relative_to_the_layer_score_scale) {
     cr_expect(r->first >= 0 && td_cmp_tap_at(r, r->first)->step == 1, "a 1e-3 error on the small score is caught");
     td_cmp_result_free(r);
 }
+
+/* One prefill step of 8 tokens: blk.0.ssm_qkv [8, 32] and the conv state
+ * blk.0.ssm_conv_state [32, 3] = its last 3 rows per channel, oldest first
+ * (rows `shift`.. of the last 3 + shift; shift 0 is the honest copy). */
+static void write_conv(const char *path, const double *qkv, int shift) {
+    double st[32 * 3];
+    for (int c = 0; c < 32; c++)
+        for (int j = 0; j < 3; j++) st[c * 3 + j] = qkv[(5 + j - shift) * 32 + c];
+    td_tap_sink *s = tg_open(path, "x", "f64", NULL);
+    tg_step(s, TD_STEP_PREFILL, 0, 8);
+    tg_emit2(s, "blk.0.ssm_qkv", TD_DT_F64, qkv, 8, 32);
+    tg_emit2(s, "blk.0.ssm_conv_state", TD_DT_F64, st, 32, 3);
+    tg_end(s);
+    tg_close(s);
+}
+
+/* The conv state copies rows of ssm_qkv: where the control's error in ssm_qkv
+ * sits in other rows than the candidate's (f16 rounding flips land anywhere),
+ * the state's own control error is a lucky zero; it takes ssm_qkv's, and the
+ * copy is conformant as its source is. A wrong copy (rows off by one) still
+ * fails at the state. */
+Test(compare, a_copy_of_input_rows_takes_the_inputs_control_error) {
+    double a[256], c[256], b[256], d2 = 0, a2 = 0;
+    for (int i = 0; i < 256; i++) {
+        const int row = i / 32;
+        a[i] = tg_unif(7, 7, (uint64_t)i);
+        // the control's error in rows 0..4, the candidate's (same size) in rows 5..7
+        c[i] = a[i] * (1 + (row < 5 ? 1e-4 * tg_unif(8, 8, (uint64_t)i) : 0));
+        b[i] = a[i] * (1 + (row >= 5 ? 1e-4 * tg_unif(9, 9, (uint64_t)i) : 0));
+        d2 += (c[i] - a[i]) * (c[i] - a[i]);
+        a2 += a[i] * a[i];
+    }
+    write_conv(P("ca.h5"), a, 0);
+    write_conv(P("cc.h5"), c, 0);
+    write_conv(P("cb.h5"), b, 0);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("cc.h5");
+    td_cmp_result *r = cmp(P("ca.h5"), P("cb.h5"), &o);
+    const td_cmp_tap *st = find(r, 0, "blk.0.ssm_conv_state");
+    cr_assert_eq(st->err_ctrl, 0.0, "the control is exact on the copied rows");
+    cr_assert_float_eq(st->err_ctrl_used, sqrt(d2 / a2), 1e-12, "the state takes ssm_qkv's control error");
+    cr_assert_eq(r->verdict, TD_OK, "%s (state r %.3g)", r->reason, st->ratio);
+    td_cmp_result_free(r);
+    write_conv(P("cb.h5"), b, 1);
+    r = cmp(P("ca.h5"), P("cb.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.0.ssm_conv_state");
+    td_cmp_result_free(r);
+}

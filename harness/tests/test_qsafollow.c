@@ -205,3 +205,58 @@ Test(qsafollow, a_selection_no_tie_explains_is_never_taken) {
     td_cmp_result_free(after);
     free(fed);
 }
+
+/* Plain `tapdiff compare` takes the QSA block size from the model A's file
+ * names (root attributes model, model_sha256, arch), not from the -1
+ * pattern of qsa_scores alone. Decode step 1 of a 14-token prompt is one row
+ * at p = 14 with 3 complete blocks of block 1 (r = 4): the pattern fits r =
+ * 4 and r = 5 (floor(15 / r) = 3). The two files' rows there, on block
+ * scores {5, 1, 1}, hold the tail 12..14 and block 0, then block 1 (A) or
+ * block 2 (B): tied blocks at the cut under r = 4, so explained; under r = 5
+ * position 4 lies in block 0 (score 5), which no tie explains. Red (the
+ * guess, every fitting size must explain the row): divergent at
+ * blk.1.qsa_sel, exit 1. */
+typedef struct cut_rows {
+    const int32_t *sel;
+} cut_rows;
+
+static void hook_cut(void *ctx, int64_t step, const td_tap_info *t, double *v, uint64_t n) {
+    const cut_rows *c = ctx;
+    if (step != 1) return;
+    if (!strcmp(t->name, "blk.1.qsa_scores")) {
+        cr_assert_eq(n, 3, "blk.1.qsa_scores at p = 14: %llu values", (unsigned long long)n);
+        v[0] = 5, v[1] = 1, v[2] = 1;
+    } else if (!strcmp(t->name, "blk.1.qsa_sel")) {
+        cr_assert_eq(n, W, "blk.1.qsa_sel at p = 14: %llu values", (unsigned long long)n);
+        for (int j = 0; j < W; j++) v[j] = c->sel[j];
+    }
+}
+
+Test(qsafollow, plain_compare_uses_the_model_block_size_of_the_file) {
+    const char *model = td_test_fixture(dir, "qwen4exp-f32");
+    char pr[1100], pa[1100], pb[1100];
+    snprintf(pr, sizeof pr, "%s/R.h5", dir);
+    snprintf(pa, sizeof pa, "%s/A.h5", dir);
+    snprintf(pb, sizeof pb, "%s/B.h5", dir);
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = model;
+    c.backend = "ref";
+    c.prompt = k_prompt;
+    c.n_prompt = 14;
+    c.n_steps = 1;
+    c.tap_path = pr;
+    c.tap_mode = TD_TAP_FULL;
+    c.threads = 1;
+    run(&c);
+    static const int32_t sel_a[W] = {12, 13, 14, 0, 1, 2, 3, 4, 5, 6, 7};
+    static const int32_t sel_b[W] = {12, 13, 14, 0, 1, 2, 3, 8, 9, 10, 11};
+    cut_rows ca = {sel_a}, cb = {sel_b};
+    tg_copy(pr, pa, hook_cut, &ca, NULL, NULL, NULL, NULL);
+    tg_copy(pr, pb, hook_cut, &cb, NULL, NULL, NULL, NULL);
+    char *so = NULL;
+    const char *args[] = {"compare", pa, pb, NULL};
+    const int st = td_test_tapdiff_run(dir, &so, NULL, args);
+    cr_expect_eq(st, 0, "compare exit %d:\n%s", st, so);
+    free(so);
+}

@@ -84,6 +84,14 @@ static void run_arm(const char *model, const char *backend, const char *profile,
     td_run_result_free(&r);
 }
 
+/* The oracle A (ref) and its control C (ref32, pinned to the tokens A fed)
+ * under one profile; *fed gets A's decode tokens. */
+static void run_oracle_pair(const char *model, const char *profile, const int32_t *prompt, int64_t n_prompt,
+                            int64_t steps, const char *A, const char *C, int32_t **fed) {
+    run_arm(model, "ref", profile, prompt, n_prompt, steps, NULL, 0, A, fed);
+    run_arm(model, "ref32", profile, prompt, n_prompt, steps, *fed, 0, C, NULL);
+}
+
 typedef struct plant {
     int64_t step;
     const char *tap;
@@ -168,8 +176,7 @@ ParameterizedTest(int *ix, thresholds, planted_error_caught_or_not_as_the_table_
     const char *A = td_test_path(dir, "A.h5"), *B = td_test_path(dir, "B.h5"), *C = td_test_path(dir, "C.h5"),
                *P = td_test_path(dir, "P.h5");
     int32_t *fed = NULL;
-    run_arm(model, "ref", k->profile, k_prompt, PROMPT_N, STEPS, NULL, 0, A, &fed);
-    run_arm(model, "ref32", k->profile, k_prompt, PROMPT_N, STEPS, fed, 0, C, NULL);
+    run_oracle_pair(model, k->profile, k_prompt, PROMPT_N, STEPS, A, C, &fed);
     run_arm(model, k->arm, !strcmp(k->arm, "cpu") ? k->profile : NULL, k_prompt, PROMPT_N, STEPS, fed, 2, B, NULL);
     td_cmp_result *r = compare3(A, B, C);
     cr_assert_eq(r->verdict, TD_OK, "%s on %s unperturbed is not conformant: %s", k->arm, k->fixture, r->reason);
@@ -233,8 +240,7 @@ Test(thresholds, rounding_tie_taken_by_the_oracle_is_no_false_alarm) {
     const char *A = td_test_path(dir, "A.h5"), *B = td_test_path(dir, "B.h5"), *C = td_test_path(dir, "C.h5");
     const int32_t prompt[1] = {1};
     int32_t *fed = NULL;
-    run_arm(model, "ref", "act-q8", prompt, 1, 0, NULL, 0, A, &fed);
-    run_arm(model, "ref32", "act-q8", prompt, 1, 0, fed, 0, C, NULL);
+    run_oracle_pair(model, "act-q8", prompt, 1, 0, A, C, &fed);
     run_arm(model, "llamacpp", NULL, prompt, 1, 0, fed, 1, B, NULL);
     td_cmp_result *r = compare3(A, B, C);
     const td_cmp_tap *f = r->first >= 0 ? td_cmp_tap_at(r, r->first) : NULL;
@@ -259,6 +265,20 @@ Test(thresholds, rounding_tie_taken_by_the_oracle_is_no_false_alarm) {
     td_cmp_result_free(r);
 }
 
+/* `tapdiff bisect` of ref under act-q8 against llamacpp on the fixture's
+ * first token, files in DIR/bisect (A's and B's tap files named in pa, pb),
+ * with the default control arm or none. Returns the exit status. */
+static int bisect_ref_llamacpp(const char *model, int control, char *pa, char *pb, size_t n, char **so, char **se) {
+    char out[512];
+    snprintf(out, sizeof out, "%s/bisect", dir);
+    snprintf(pa, n, "%s/A-ref.h5", out);
+    snprintf(pb, n, "%s/B-llamacpp.h5", out);
+    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8",
+                          "--b", "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--out-dir", out,
+                          control ? NULL : "--control-arm", "none", NULL};
+    return td_test_tapdiff_run(dir, so, se, args);
+}
+
 /* The same tie through the two-arm bisect: A = ref under B's profile
  * (--a-profile act-q8), B = llamacpp, control ref32 under act-q8. Divergent
  * at blk.1.moe_logits without the search; with it the oracle takes
@@ -267,14 +287,9 @@ Test(thresholds, rounding_tie_taken_by_the_oracle_is_no_false_alarm) {
 Test(thresholds, two_arm_bisect_takes_the_arms_side_of_a_tie_and_records_it) {
     if (!available("llamacpp")) cr_skip_test("llamacpp cannot run here");
     const char *model = td_test_fixture(dir, "qwen3moe-iq2_xxs");
-    char out[512], pa[600], pb[600];
-    snprintf(out, sizeof out, "%s/bisect", dir);
-    snprintf(pa, sizeof pa, "%s/A-ref.h5", out);
-    snprintf(pb, sizeof pb, "%s/B-llamacpp.h5", out);
+    char pa[600], pb[600];
     char *so = NULL, *se = NULL;
-    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8", "--b",
-                          "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--out-dir", out, NULL};
-    const int st = td_test_tapdiff_run(dir, &so, &se, args);
+    const int st = bisect_ref_llamacpp(model, 1, pa, pb, sizeof pa, &so, &se);
     cr_expect_eq(st, 0, "bisect exit %d:\n%s%s", st, so, se);
     cr_expect(strstr(so, "the oracle took B's side of"), "%s", so);
     td_tapfile *f = NULL;
@@ -299,15 +314,9 @@ Test(thresholds, two_arm_bisect_takes_the_arms_side_of_a_tie_and_records_it) {
 Test(thresholds, compare_notes_a_divergence_on_a_recorded_near_tie) {
     if (!available("llamacpp")) cr_skip_test("llamacpp cannot run here");
     const char *model = td_test_fixture(dir, "qwen3moe-iq2_xxs");
-    char out[512], pa[600], pb[600];
-    snprintf(out, sizeof out, "%s/bisect", dir);
-    snprintf(pa, sizeof pa, "%s/A-ref.h5", out);
-    snprintf(pb, sizeof pb, "%s/B-llamacpp.h5", out);
-    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8", "--b",
-                          "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--control-arm", "none",
-                          "--out-dir", out, NULL};
+    char pa[600], pb[600];
     char *so = NULL;
-    const int st = td_test_tapdiff_run(dir, &so, NULL, args);
+    const int st = bisect_ref_llamacpp(model, 0, pa, pb, sizeof pa, &so, NULL);
     cr_expect_eq(st, 1, "bisect exit %d:\n%s", st, so);
     free(so);
     td_cmp_options o = td_cmp_options_default();
@@ -483,8 +492,7 @@ ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_t
             }
             const char *A = td_test_path(dir, "A.h5"), *C = td_test_path(dir, "C.h5");
             int32_t *fed = NULL;
-            run_arm(model, "ref", profiles[a], prompt, lens[L], steps, NULL, 0, A, &fed);
-            run_arm(model, "ref32", profiles[a], prompt, lens[L], steps, fed, 0, C, NULL);
+            run_oracle_pair(model, profiles[a], prompt, lens[L], steps, A, C, &fed);
             for (int th = 1; th <= 2; th++) {
                 const char *B = td_test_path(dir, "B.h5");
                 run_arm(model, arms[a], a == 0 ? profiles[a] : NULL, prompt, lens[L], steps, fed, th, B, NULL);

@@ -146,16 +146,36 @@ static inline int td_test_tapdiff_sh(const char *args, const char *out_file, int
     return WIFEXITED(st) ? WEXITSTATUS(st) : 128 + WTERMSIG(st);
 }
 
-/* `sh -c cmd` (the caller redirects stderr as it wants), the first n - 1
- * bytes of its stdout into out (NUL-terminated); returns its exit status,
- * -1 when it did not exit normally. */
-static inline int td_test_sh_capture(const char *cmd, char *out, size_t n) {
+/* `sh -c cmd` (the caller redirects stderr as it wants), all of its stdout
+ * into *out (malloc'd, NUL-terminated; out may be NULL to drop it); returns
+ * its exit status, -1 when it did not exit normally. */
+static inline int td_test_sh_capture_all(const char *cmd, char **out) {
     FILE *p = popen(cmd, "r");
     cr_assert_not_null(p, "popen(%s)", cmd);
-    size_t len = fread(out, 1, n - 1, p);
-    out[len] = '\0';
+    size_t cap = 1 << 16, len = 0, got;
+    char *b = malloc(cap);
+    while ((got = fread(b + len, 1, cap - len - 1, p)) > 0) {
+        len += got;
+        if (len + 1 == cap) b = realloc(b, cap *= 2);
+    }
+    b[len] = '\0';
     int st = pclose(p);
+    if (out) *out = b;
+    else free(b);
     return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+
+/* The same with the first n - 1 bytes of stdout into out (NUL-terminated);
+ * the rest is read and dropped, so a long output cannot block the command. */
+static inline int td_test_sh_capture(const char *cmd, char *out, size_t n) {
+    char *all = NULL;
+    const int rc = td_test_sh_capture_all(cmd, &all);
+    const size_t len = strlen(all);
+    const size_t k = len < n - 1 ? len : n - 1;
+    memcpy(out, all, k);
+    out[k] = '\0';
+    free(all);
+    return rc;
 }
 
 /* ------------------------------------------------------------------ models */

@@ -150,3 +150,20 @@ Test(sha256, unwritable_or_disabled_cache_never_fails_the_hash) {
     cr_assert_eq(hash(f, hex), 0, "TAPDIFF_HASH_CACHE=0: never from the cache");
     cr_assert_str_eq(hex, H_ABC);
 }
+
+/* td_sort_i32 / td_sort_i64 (common.c, beside the hashing): ascending, with
+ * repeats, negatives and the extremes of the type; n 0 and 1 untouched. */
+Test(common, sort_i32_and_i64_ascending) {
+    int32_t a[] = {5, -1, INT32_MAX, 0, 5, INT32_MIN, 3};
+    const int32_t wa[] = {INT32_MIN, -1, 0, 3, 5, 5, INT32_MAX};
+    td_sort_i32(a, sizeof a / sizeof a[0]);
+    for (size_t i = 0; i < sizeof a / sizeof a[0]; i++) cr_expect_eq(a[i], wa[i], "i32 [%zu] = %d", i, a[i]);
+    int64_t b[] = {14, 12, 13, 3, 2, 1, 0, INT64_MIN, INT64_MAX, 7};
+    const int64_t wb[] = {INT64_MIN, 0, 1, 2, 3, 7, 12, 13, 14, INT64_MAX};
+    td_sort_i64(b, sizeof b / sizeof b[0]);
+    for (size_t i = 0; i < sizeof b / sizeof b[0]; i++) cr_expect_eq(b[i], wb[i], "i64 [%zu] = %lld", i, (long long)b[i]);
+    int64_t one = 9;
+    td_sort_i64(&one, 1);
+    td_sort_i64(NULL, 0);
+    cr_expect_eq(one, 9);
+}

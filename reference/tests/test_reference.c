@@ -81,22 +81,7 @@ static int32_t argmax(const double *x, int64_t n) {
     return (int32_t)best;
 }
 
-/* Runs a shell command; returns its exit status, stdout in *out (malloc'd). */
-static int run_cmd(const char *cmd, char **out) {
-    FILE *p = popen(cmd, "r");
-    cr_assert_not_null(p, "popen(%s)", cmd);
-    size_t cap = 1 << 16, len = 0, got;
-    char *buf = malloc(cap);
-    while ((got = fread(buf + len, 1, cap - len - 1, p)) > 0) {
-        len += got;
-        if (len + 1 == cap) buf = realloc(buf, cap *= 2);
-    }
-    buf[len] = '\0';
-    int st = pclose(p);
-    if (out) *out = buf;
-    else free(buf);
-    return WIFEXITED(st) ? WEXITSTATUS(st) : -1;
-}
+static int run_cmd(const char *cmd, char **out) { return td_test_sh_capture_all(cmd, out); }
 
 static const char *tapdiff_bin(void) {
     const char *t = getenv("TD_TAPDIFF");

@@ -186,6 +186,23 @@ static int absent_by_rule(const char *row, const td_hparams *hp, long L, long n_
     return 0;
 }
 
+/* The catalog's order of a dense qsa_sel row (p + 1 <= W): 0..p ascending,
+ * then -1 pads. */
+static void check_dense_sel(const td_tapfile *f, int64_t s, const td_step_info *si, const td_tap_info *t) {
+    const int64_t T = t->shape[0], W = t->shape[1];
+    int64_t *v = calloc((size_t)(T * W), sizeof *v);
+    td_err err = {{0}};
+    cr_assert_eq(td_tapfile_read_i64(f, s, t->name, v, (uint64_t)(T * W), &err), 0, "%s", err.msg);
+    for (int64_t r = 0; r < T; r++) {
+        const int64_t p = si->pos0 + r;
+        if (p + 1 > W) continue;
+        for (int64_t j = 0; j < W; j++)
+            cr_expect_eq(v[r * W + j], j <= p ? j : -1, "step %lld %s p %lld: entry %lld = %lld", (long long)s,
+                         t->name, (long long)p, (long long)j, (long long)v[r * W + j]);
+    }
+    free(v);
+}
+
 static void check_arch_tokens(const char *fixture, const char *tokens) {
     const char *exe = getenv("TD_TAPDIFF");
     cr_assert_not_null(exe, "TD_TAPDIFF is not set (run through meson test)");
@@ -244,6 +261,7 @@ static void check_arch_tokens(const char *fixture, const char *tokens) {
             }
             cr_assert_eq(d, t[i].ndim, "%s: %s has %d dimensions, the catalog says [%s]", fixture, t[i].name,
                          t[i].ndim, e->shape);
+            if (!strcmp(e->name, "blk.L.qsa_sel")) check_dense_sel(f, s, &si, &t[i]);
         }
         for (size_t r = 0; r < n_cat; r++) {
             if (!td_tap_catalog_has_arch(&cat[r], arch)) continue;

@@ -1160,7 +1160,7 @@ Test(llamacpp, qwen4exp_primitives_reproduce_the_peer_nodes, .init = make_tmpdir
  *   complete for a token; qsa_sel holds min(p+1, W) positions <= p in the
  *   catalog's rank order (tail ascending, blocks by non-increasing
  *   qsa_scores, lower block first on equal scores, positions ascending),
- *   then -1 pads. */
+ *   then -1 pads; a dense row (p + 1 <= W) strictly ascending. */
 #ifdef TD_HAVE_LLAMACPP
 static int64_t q4x_letter(const td_hparams *hp, const char *tok, int64_t T, int64_t n_kv, int64_t r) {
     const int64_t E = hp->n_embd, hc = hp->hc;
@@ -1359,10 +1359,14 @@ Test(llamacpp, qwen4exp_node_mapping_is_complete_and_right, .init = make_tmpdir,
                         m++;
                         const int tail = s >= tail0;
                         const double s_sc = tail ? INFINITY : sc[t * NB + s / r];
-                        cr_expect(prev < 0 || (prev_tail && (!tail || s > prev)) ||
-                                      (!prev_tail && !tail && (s_sc < prev_s || (s_sc == prev_s && s > prev))),
-                                  "layer %u p %lld: entry %lld = %lld breaks the rank order", L, (long long)p,
-                                  (long long)j, (long long)s);
+                        if (p + 1 <= W) // dense: the catalog's order is ascending, as the reference writes it
+                            cr_expect(s > prev, "layer %u p %lld: dense entry %lld = %lld is not ascending", L,
+                                      (long long)p, (long long)j, (long long)s);
+                        else
+                            cr_expect(prev < 0 || (prev_tail && (!tail || s > prev)) ||
+                                          (!prev_tail && !tail && (s_sc < prev_s || (s_sc == prev_s && s > prev))),
+                                      "layer %u p %lld: entry %lld = %lld breaks the rank order", L, (long long)p,
+                                      (long long)j, (long long)s);
                         prev = s, prev_tail = tail, prev_s = s_sc;
                     }
                     cr_expect_eq(m, want, "layer %u p %lld: %lld selected, expected %lld", L, (long long)p,

@@ -455,3 +455,100 @@ Test(vulkan, fa_acc_f16_rule_explains_flash_attention, .init = setup, .fini = te
                      "without", st, e[0][st], e[1][st]);
     }
 }
+
+/* ---- hybrid architectures (qwen4exp, qwen3next) ------------------------ */
+
+/* Every catalog tap the llama.cpp arms emit on qwen4exp: they build the
+ * n-gram context on the host, so inp.ple_ids would count as missing. */
+#define HYB_Q4_TAPS "blk.*,out.*,hist.*,inp.tokens,inp.pos,inp.embd,inp.ple_embd,inp.ple_rows"
+
+/* bisect3 with a tap filter (NULL: every tap); *out the JSON. */
+static int bisect3_filtered(const char *model, const char *tokens, const char *steps, const char *filter, char **out) {
+    const char *args[] = {"bisect", "--model", model, "--a", "llamacpp", "--b", "llamacpp:vulkan", "--tokens", tokens,
+                          "--steps", steps, "--threads", "1", "--out-dir", td_test_path(dir, "b3"), "--quiet",
+                          "--json", filter ? "--filter" : NULL, filter, NULL};
+    char *err = NULL;
+    int rc = td_test_tapdiff_run(dir, out, &err, args);
+    if (rc != 0 && rc != 1) cr_log_error("bisect exited %d: %s", rc, err ? err : "");
+    free(err);
+    return rc;
+}
+
+/* qwen4exp's indexer score is one mul_mat of the pooled keys by the queries
+ * of every index head and token: 2 heads x 8 tokens = 16 columns, above
+ * ggml-vulkan's matrix-vector limit, so its tiled matmul loads both
+ * activations into f16 tiles (mm-f16@8 counts those columns, profile.h).
+ * At 8 tokens the weight matmuls are still matrix-vector (f32), so an oracle
+ * without mm-f16 differs from the declared one only there. The arm's
+ * blk.1.qsa_scores of the prefill must sit 10x closer to the oracle with the
+ * rule (measured: 7.3e-7 with it, 7.0e-5 without; the three-arm bisect was
+ * divergent there, r 62.7); the one-token step after it (2 columns,
+ * matrix-vector) is f32 either way. */
+Test(vulkan, mm_f16_rule_explains_the_qsa_score_matmul, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen4exp-f32");
+    const char *toks = "1,2,3,4,5,6,7,8", *vk = td_test_path(dir, "vk.h5");
+    const char *run_vk[] = {"run", "--model", model, "--backend", "llamacpp:vulkan", "--tokens", toks, "--steps", "1",
+                            "--taps", "inp.*,blk.1.qsa_scores", "--threads", "1", "--out", vk, "--quiet", NULL};
+    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_vk);
+    cr_assert_eq(rc, 0, "vulkan run: exit %d", rc);
+    const char *prof[2] = {"attn-f16+mm-f16@8+acc-f16", "attn-f16+acc-f16"};
+    double e[2];
+    for (int i = 0; i < 2; i++) {
+        const char *ref = td_test_path(dir, i ? "ref-nomm.h5" : "ref-mm.h5");
+        char decode[1100];
+        snprintf(decode, sizeof decode, "pinned:%s", vk);
+        const char *run_ref[] = {"run", "--model", model, "--backend", "ref", "--profile", prof[i], "--tokens", toks,
+                                 "--steps", "1", "--decode", decode, "--taps", "blk.1.qsa_scores", "--out", ref,
+                                 "--quiet", NULL};
+        rc = td_test_tapdiff_run(dir, NULL, NULL, run_ref);
+        cr_assert_eq(rc, 0, "ref --profile %s: exit %d", prof[i], rc);
+        e[i] = tap_err(ref, vk, "blk.1.qsa_scores");
+        cr_assert_geq(e[i], 0, "no blk.1.qsa_scores at step 0 in the comparison");
+        cr_log_info("blk.1.qsa_scores, 8 tokens: Vulkan vs ref --profile %s: %.3g", prof[i], e[i]);
+    }
+    cr_assert_gt(e[1], 1e-5, "without the rule the arm should be visibly off (%.3g)", e[1]);
+    cr_assert_lt(e[0], e[1] / 10, "mm-f16 does not explain the score matmul: %.3g with it, %.3g without", e[0], e[1]);
+}
+
+/* With the rule, qwen4exp-f32 at 8 and 40 tokens is conformant on the
+ * Vulkan arm (4 decode steps; red without the rule: divergent at
+ * blk.1.qsa_scores of the prefill, r 62.7 at 8 tokens). */
+Test(vulkan, qwen4exp_three_arm_conformant, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen4exp-f32");
+    const char *prompts[2] = {"1,2,3,4,5,6,7,8",
+                              "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,"
+                              "32,33,34,35,36,37,38,39,40"};
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL, v[64], tap[96];
+        int rc = bisect3_filtered(model, prompts[i], "4", HYB_Q4_TAPS, &out);
+        const char *bj = arm_b(out);
+        cr_assert_eq(rc, 0, "qwen4exp-f32, %d tokens: exit %d, Vulkan arm %s at %s\n%.400s", i ? 40 : 8, rc,
+                     field(bj, "\"verdict\"", v, sizeof v), field(bj, "\"first_tap\"", tap, sizeof tap), out);
+        cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
+        free(out);
+    }
+}
+
+/* qwen3next's conv state after a 40-token prefill is the last 3 rows of the
+ * conv input ssm_qkv, copied: those rows of the arm carry f16 flips of the
+ * tiled matmul that the control happened not to meet there (its error on
+ * them 1.9e-7, on the whole ssm_qkv 2.4e-4), so judged on its own the state
+ * read r 247 while ssm_qkv itself was r 0.22. compare now gives a tap that
+ * copies rows of its input that input's control error (compare.c,
+ * copies_rows_of_input), and the prefill is conformant. */
+Test(vulkan, qwen3next_conv_state_judged_as_a_copy_of_its_input, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3next-f32");
+    char *out = NULL, v[64], tap[96];
+    int rc = bisect3_filtered(model,
+                              "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22,23,24,25,26,27,28,29,30,31,"
+                              "32,33,34,35,36,37,38,39,40",
+                              "0", NULL, &out);
+    const char *bj = arm_b(out);
+    cr_assert_eq(rc, 0, "qwen3next-f32, 40 tokens: exit %d, Vulkan arm %s at %s\n%.400s", rc,
+                 field(bj, "\"verdict\"", v, sizeof v), field(bj, "\"first_tap\"", tap, sizeof tap), out);
+    cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
+    free(out);
+}
