@@ -10,6 +10,7 @@
 
 #include <errno.h>
 #include <fnmatch.h>
+#include <float.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdio.h>
@@ -38,36 +39,74 @@ double td_cmp_floor(td_dtype dt) {
     }
 }
 
-double td_cmp_ulp(double x, td_dtype dt) {
-    int p, emin; // significand bits incl. the implicit one; smallest normal exponent
+// What td_cmp_ulp needs of a dtype, worked out once per tap instead of once
+// per element (ldexp of the smallest normal was a twentieth of compare).
+typedef struct {
+    int p;             // significand bits incl. the implicit one; 0: not a float dtype
+    double min_normal; // 2^emin
+    double sub_ulp;    // spacing below it, 2^(emin - (p - 1))
+} ulp_kind;
+
+static ulp_kind ulp_kind_of(td_dtype dt) {
+    ulp_kind k = {0, 0, 0};
+    int emin;
     switch (dt) {
-    case TD_DT_F64: p = 53, emin = -1022; break;
-    case TD_DT_F32: p = 24, emin = -126; break;
-    case TD_DT_F16: p = 11, emin = -14; break;
-    case TD_DT_BF16: p = 8, emin = -126; break;
-    default: return 0.0;
+    case TD_DT_F64: k.p = 53, emin = -1022; break;
+    case TD_DT_F32: k.p = 24, emin = -126; break;
+    case TD_DT_F16: k.p = 11, emin = -14; break;
+    case TD_DT_BF16: k.p = 8, emin = -126; break;
+    default: return k;
     }
+    k.min_normal = ldexp(1.0, emin);
+    k.sub_ulp = ldexp(1.0, emin - (k.p - 1));
+    return k;
+}
+
+static inline __attribute__((always_inline)) double ulp_of(double x, const ulp_kind *k) {
+    if (!k->p) return 0.0;
     double ax = fabs(x);
-    if (!(ax >= ldexp(1.0, emin))) return ldexp(1.0, emin - (p - 1));
+    if (!(ax >= k->min_normal)) return k->sub_ulp;
     if (!isfinite(ax)) {
         int e;
         frexp(ax, &e); // ax = m 2^e, m in [0.5, 1): the leading bit is 2^(e-1)
-        return ldexp(1.0, e - p);
+        return ldexp(1.0, e - k->p);
     }
     // The same power of two from the bits (compare calls this once per
     // element; frexp and ldexp were a tenth of its time): ax is a normal
     // double here, ax = 1.m 2^(E - 1023), so the spacing is 2^(E - 1022 - p).
     uint64_t bits;
     memcpy(&bits, &ax, sizeof bits);
-    int k = (int)(bits >> 52) - 1022 - p;
-    bits = k >= -1022 ? (uint64_t)(k + 1023) << 52 : (uint64_t)1 << (k + 1074);
+    int e = (int)(bits >> 52) - 1022 - k->p;
+    bits = e >= -1022 ? (uint64_t)(e + 1023) << 52 : (uint64_t)1 << (e + 1074);
     double u;
     memcpy(&u, &bits, sizeof u);
     return u;
 }
 
-int td_cmp_ulp_bin(double d) {
-    if (d < ULP_EXACT - 0.5) return (int)(d + 0.5);
+// ad / ulp_of(x) for a finite x, as a product where the reciprocal of the
+// spacing (a power of two) is a normal double: then both are the correctly
+// rounded value of the same real number, so the results are equal bit for
+// bit, and a multiplication does not wait like a division does.
+static inline __attribute__((always_inline)) double in_ulps(double ad, double x, const ulp_kind *k) {
+    double ax = fabs(x);
+    if (!k->p || !(ax >= k->min_normal)) return ad / ulp_of(x, k);
+    uint64_t bits;
+    memcpy(&bits, &ax, sizeof bits);
+    int e = (int)(bits >> 52) - 1022 - k->p; // the spacing is 2^e
+    if (e < -1023) return ad / ulp_of(x, k);
+    bits = (uint64_t)(1023 - e) << 52;
+    double inv;
+    memcpy(&inv, &bits, sizeof inv);
+    return ad * inv;
+}
+
+double td_cmp_ulp(double x, td_dtype dt) {
+    ulp_kind k = ulp_kind_of(dt);
+    return ulp_of(x, &k);
+}
+
+// Above the exact bins (td_cmp_ulp_bin).
+static int ulp_bin_octaves(double d) {
     double y = d / ULP_EXACT;
     // floor(4 log2 y) from y's exponent and where its significand lies
     // among 2^(1/4), 2^(1/2), 2^(3/4): libm's log2 was the largest part of
@@ -93,6 +132,29 @@ int td_cmp_ulp_bin(double d) {
 by_log2:;
     double fq = floor(4.0 * log2(y));
     return ULP_EXACT + (fq < 0 ? 0 : fq > 4 * 2200 - 1 ? 4 * 2200 - 1 : (int)fq);
+}
+
+// ulp_bin_octaves in integer compares on d's bits (d >= 1023.5 here, so
+// d / 1024 has d's significand): q counts the quarter-octave boundaries the
+// significand passes, and a significand inside one of the 1e-9 bands that
+// function hands to log2 (bounds worked out exactly from its own tests:
+// m - 2^(i/4) is exact for m in [1, 2)) goes to it unchanged.
+static inline __attribute__((always_inline)) int ulp_bin(double d) {
+    if (d < ULP_EXACT - 0.5) return (int)(d + 0.5);
+    uint64_t bits;
+    memcpy(&bits, &d, sizeof bits);
+    uint64_t ex = bits >> 52, m = bits & (((uint64_t)1 << 52) - 1);
+    if (ex == 0 || ex >= 0x7ff || m < 0x44b830 || m > 0xfffffffbb47d0 ||
+        m - 0x306fe09ecfee6 <= 0x306fe0a766f44 - 0x306fe09ecfee6 ||
+        m - 0x6a09e663a839e <= 0x6a09e66c3f3fc - 0x6a09e663a839e ||
+        m - 0xae89f99161b7e <= 0xae89f999f8bdc - 0xae89f99161b7e)
+        return ulp_bin_octaves(d);
+    int q = 4 * ((int)ex - 1023 - 10) + (m >= 0x306fe0a31b715) + (m >= 0x6a09e667f3bcd) + (m >= 0xae89f995ad3ad);
+    return ULP_EXACT + (q < 0 ? 0 : q > 4 * 2200 - 1 ? 4 * 2200 - 1 : q);
+}
+
+int td_cmp_ulp_bin(double d) {
+    return ulp_bin(d);
 }
 
 int td_cmp_filter_match(const char *filter, const char *name) {
@@ -235,7 +297,7 @@ typedef struct ctx {
     uint64_t col_n;
     double *lg_margin, *lg_norm, *lg_kl; // per logits row
     int64_t lg_n;
-    uint64_t *ulp_hist;
+    uint64_t *ulp_hist; // 2 x ULP_BINS: the fast loop counts every other value in the second half
     int ulp_top; // highest bin touched + 1
     int64_t *res_of; // per B tap of the step: index in r->taps or -1
     int64_t res_n;
@@ -306,8 +368,8 @@ static void where_share(td_cmp_where *w, const double *d2s, double total) {
         if (w[i].index >= 0) w[i].share = total > 0 ? d2s[i] / total : 0;
 }
 
-static void ulp_add(ctx *c, double d) {
-    int bin = td_cmp_ulp_bin(d);
+static inline void ulp_add(ctx *c, double d) {
+    int bin = ulp_bin(d);
     c->ulp_hist[bin]++;
     if (bin + 1 > c->ulp_top) c->ulp_top = bin + 1;
 }
@@ -316,7 +378,7 @@ static double ulp_median(ctx *c, uint64_t n) {
     if (!n) return NAN;
     uint64_t half = (n + 1) / 2, acc = 0;
     for (int b = 0; b < c->ulp_top; b++) {
-        acc += c->ulp_hist[b];
+        acc += c->ulp_hist[b] + c->ulp_hist[ULP_BINS + b];
         if (acc >= half) return b < ULP_EXACT ? (double)b : ULP_EXACT * exp2((b - ULP_EXACT) / 4.0);
     }
     return NAN;
@@ -741,6 +803,38 @@ static int ctrl_pair(ctx *c, int64_t step, const char *name, const td_tap_info *
     return TD_OK;
 }
 
+// The sums and maxima of cmp_float's loop over finite values, kept in
+// registers; hist counts the element's ULP bin (two histograms take turns so
+// that equal bins in a row do not wait on each other's increment).
+typedef struct {
+    double d2, a2, b2, ab, rd2, ra2, amax, max_abs, ulp_max;
+    uint64_t max_at;
+    int have_max, top;
+} fin_acc;
+
+static inline __attribute__((always_inline)) void fin_elem(fin_acc *f, double x, double y, uint64_t at,
+                                                           const ulp_kind *uk, uint64_t *hist) {
+    double d = y - x, dd = d * d;
+    f->d2 += dd;
+    f->a2 += x * x;
+    if (fabs(x) > f->amax) f->amax = fabs(x);
+    f->b2 += y * y;
+    f->ab += x * y;
+    f->rd2 += dd;
+    f->ra2 += x * x;
+    double ad = fabs(d);
+    if (!f->have_max || ad > f->max_abs) {
+        f->max_abs = ad;
+        f->max_at = at;
+        f->have_max = 1;
+    }
+    double u = in_ulps(ad, x, uk);
+    if (u > f->ulp_max) f->ulp_max = u;
+    int bin = ulp_bin(u);
+    hist[bin]++;
+    if (bin + 1 > f->top) f->top = bin + 1;
+}
+
 static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_info *b, td_cmp_tap *t,
                      td_err *err) {
     const td_tap_info *ci, *cj;
@@ -793,6 +887,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
         t->lg_topk_min = 1.0;
     }
     memset(c->ulp_hist, 0, sizeof *c->ulp_hist * (size_t)c->ulp_top);
+    memset(c->ulp_hist + ULP_BINS, 0, sizeof *c->ulp_hist * (size_t)c->ulp_top);
     c->ulp_top = 0;
 
     double d2 = 0, a2 = 0, b2 = 0, ab = 0, cd2 = 0, cx2 = 0, cy2 = 0, topk_sum = 0, amax = 0;
@@ -802,6 +897,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     int have_max = 0;
     t->ulp_max = 0;
     int ctrl_alias_a = c->ca == &c->A;
+    const ulp_kind uk = ulp_kind_of(b->dtype);
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         int64_t nr = rows - r0 < block ? rows - r0 : block;
         uint64_t n = (uint64_t)nr * cols;
@@ -825,6 +921,39 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
         for (int64_t r = 0; r < nr; r++) {
             const double *ar = c->ba + (uint64_t)r * cols, *br = c->bb + (uint64_t)r * cols;
             double rd2 = 0, ra2 = 0;
+            // |v| <= DBL_MAX is false for NaN and infinities; this form vectorizes
+            int bad = 0;
+            for (uint64_t j = 0; j < cols; j++) bad |= !(fabs(ar[j]) <= DBL_MAX) | !(fabs(br[j]) <= DBL_MAX);
+            if (!bad) {
+                // The loop below without its non-finite branches, its maxima
+                // in registers and the column sums in a loop of their own
+                // (vectorized): every sum adds the same terms in the same
+                // order, so every result keeps its bits.
+                fin_acc f = {d2, a2, b2, ab, 0, 0, amax, t->max_abs, t->ulp_max, t->max_index, have_max, c->ulp_top};
+                uint64_t base = (uint64_t)(r0 + r) * cols, j = 0;
+                uint64_t *h0 = c->ulp_hist, *h1 = c->ulp_hist + ULP_BINS;
+                for (; j + 1 < cols; j += 2) {
+                    fin_elem(&f, ar[j], br[j], base + j, &uk, h0);
+                    fin_elem(&f, ar[j + 1], br[j + 1], base + j + 1, &uk, h1);
+                }
+                if (j < cols) fin_elem(&f, ar[j], br[j], base + j, &uk, h0);
+                d2 = f.d2, a2 = f.a2, b2 = f.b2, ab = f.ab, rd2 = f.rd2, ra2 = f.ra2, amax = f.amax;
+                have_max = f.have_max;
+                c->ulp_top = f.top;
+                n_ulp += cols;
+                t->max_abs = f.max_abs;
+                t->ulp_max = f.ulp_max;
+                t->max_index = f.max_at;
+                double *cd2 = c->col_d2, *ca2 = c->col_a2;
+                for (uint64_t j = 0; j < cols; j++) {
+                    double d = br[j] - ar[j];
+                    cd2[j] += d * d;
+                    ca2[j] += ar[j] * ar[j];
+                }
+                where_push(t->rows, row_d2s, r0 + r, rd2, rel_l2(rd2, ra2, rd2 > 0 ? 1 : 0));
+                if (logits) logits_row(c, t, ar, br, (int64_t)cols, r0 + r, &topk_sum);
+                continue;
+            }
             for (uint64_t j = 0; j < cols; j++) {
                 double x = ar[j], y = br[j];
                 if (!isfinite(x) || !isfinite(y)) {
@@ -863,7 +992,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
                     t->max_index = (uint64_t)(r0 + r) * cols + j;
                     have_max = 1;
                 }
-                double u = ad / td_cmp_ulp(x, b->dtype);
+                double u = ad / ulp_of(x, &uk);
                 if (u > t->ulp_max) t->ulp_max = u;
                 ulp_add(c, u);
                 n_ulp++;
@@ -893,8 +1022,9 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     if (rows <= 1 && b->ndim < 2) where_reset(t->rows, row_d2s); // no positions in a 1-D tap
     double col_d2s[TD_CMP_N_WHERE];
     where_reset(t->cols, col_d2s);
-    for (uint64_t j = 0; j < cols; j++)
-        where_push(t->cols, col_d2s, (int64_t)j, c->col_d2[j], rel_l2(c->col_d2[j], c->col_a2[j], c->col_d2[j]));
+    for (uint64_t j = 0; j < cols; j++) // where_push's own test first: the error only for columns it keeps
+        if (c->col_d2[j] > col_d2s[TD_CMP_N_WHERE - 1])
+            where_push(t->cols, col_d2s, (int64_t)j, c->col_d2[j], rel_l2(c->col_d2[j], c->col_a2[j], c->col_d2[j]));
     where_share(t->cols, col_d2s, d2);
     if (logits) t->lg_topk_mean = rows ? topk_sum / (double)rows : 1.0;
     return TD_OK;
@@ -1561,7 +1691,7 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     }
     r->n_steps_a = td_tapfile_n_steps(c.A.f);
     r->n_steps_b = td_tapfile_n_steps(c.B.f);
-    c.ulp_hist = td_xcalloc(ULP_BINS, sizeof *c.ulp_hist);
+    c.ulp_hist = td_xcalloc(2 * ULP_BINS, sizeof *c.ulp_hist);
 
     int64_t common = r->n_steps_a < r->n_steps_b ? r->n_steps_a : r->n_steps_b;
     for (int64_t s = 0; !st && s < common; s++) st = compare_step(&c, s, err);
