@@ -4,6 +4,7 @@
  * is streamed in blocks of whole rows, so memory is a few blocks plus one
  * small record per compared tap, whatever the file sizes. */
 #include "compare.h"
+#include "model.h"
 #include "ties.h"
 #include "catalog.h"
 #include "selfcheck.h"
@@ -1627,6 +1628,23 @@ static int check_models(ctx *c, td_err *err) {
     return st;
 }
 
+/* The QSA block sizes of the qwen4exp model f names (root attributes arch,
+ * model, model_sha256) when that file is still at its path with that sha256:
+ * 1 with ratio filled, else 0 (compare infers the sizes from qsa_scores'
+ * -1 pattern, which a decode step leaves ambiguous: one row fits several). */
+static int model_qsa_ratio(const td_tapfile *f, uint32_t ratio[256]) {
+    td_err e = {{0}};
+    char *arch = NULL, *model = NULL, *sha = NULL, hex[65];
+    td_model *m = NULL;
+    int ok = !td_tapfile_attr_str(f, "arch", &arch, &e) && !strcmp(arch, "qwen4exp") &&
+             !td_tapfile_attr_str(f, "model", &model, &e) && !td_tapfile_attr_str(f, "model_sha256", &sha, &e) &&
+             !td_sha256_file(model, hex, &e) && !strcmp(hex, sha) && !td_model_open(&m, model, &e);
+    if (ok) memcpy(ratio, m->hp.qsa_ratio, sizeof m->hp.qsa_ratio);
+    td_model_close(m);
+    free(arch), free(model), free(sha);
+    return ok;
+}
+
 int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt, td_cmp_result **out,
                td_err *err) {
     *out = NULL;
@@ -1671,6 +1689,8 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     }
     if (!st) st = check_models(&c, err);
     if (st) goto fail;
+    uint32_t ratio[256];
+    if (!o.qsa_ratio && o.qsa_ratio_from_model && model_qsa_ratio(c.A.f, ratio)) o.qsa_ratio = ratio;
 
     r->has_control = c.ca != NULL;
     r->backend_a = attr_or_empty(c.A.f, "backend");

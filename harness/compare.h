@@ -154,6 +154,10 @@ typedef struct td_cmp_options {
      * sizes the -1 pattern of qsa_scores allows (with one token per step
      * several do, and every one of them must explain a row) */
     const uint32_t *qsa_ratio;
+    /* without qsa_ratio: take the block sizes from the model A's file names
+     * (root attributes arch qwen4exp, model, model_sha256) when it is still at
+     * that path with that sha256, else infer them as above (the CLI sets it) */
+    int qsa_ratio_from_model;
 } td_cmp_options;
 
 typedef enum td_cmp_method {

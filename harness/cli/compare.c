@@ -12,7 +12,6 @@
 #include "compare.h"
 #include "report.h"
 #include "runner.h"
-#include "tapfile.h"
 
 static const char *usage_text =
     "usage: tapdiff compare A.h5 B.h5 [--control C.h5 | --control-a CA.h5 --control-b CB.h5]\n"
@@ -38,26 +37,6 @@ static const char *usage_text =
     "\n"
     "exit: 0 conformant, 1 divergent (or nothing/not everything compared), 2 usage,\n"
     "      3 refused: unreadable file, different models, different tokens, incompatible shapes\n";
-
-/* The model's QSA block sizes for the qsa_sel rule (td_cmp_options.qsa_ratio)
- * when A's file names a qwen4exp model (root attributes model, arch) that is
- * still at that path with the file's model_sha256; *m gets it open. Else NULL
- * and compare infers the sizes from qsa_scores' -1 pattern, which a decode
- * step leaves ambiguous (one row fits several sizes). */
-static const uint32_t *model_qsa_ratio(const char *path, td_model **m) {
-    td_tapfile *f = NULL;
-    td_err e = {{0}};
-    char *arch = NULL, *model = NULL, *sha = NULL, hex[65];
-    const uint32_t *ratio = NULL;
-    *m = NULL;
-    if (!td_tapfile_open(&f, path, &e) && !td_tapfile_attr_str(f, "arch", &arch, &e) && !strcmp(arch, "qwen4exp") &&
-        !td_tapfile_attr_str(f, "model", &model, &e) && !td_tapfile_attr_str(f, "model_sha256", &sha, &e) &&
-        !td_sha256_file(model, hex, &e) && !strcmp(hex, sha) && !td_model_open(m, model, &e))
-        ratio = (*m)->hp.qsa_ratio;
-    td_tapfile_close(f);
-    free(arch), free(model), free(sha);
-    return ratio;
-}
 
 int td_cmd_compare(int argc, char **argv) {
     td_cmp_options o = td_cmp_options_default();
@@ -130,10 +109,8 @@ int td_cmd_compare(int argc, char **argv) {
     td_cmp_result *r;
     td_err err = {{0}};
     o.require_model_sha256 = !allow_unknown_model;
-    td_model *m = NULL;
-    o.qsa_ratio = model_qsa_ratio(pos[0], &m);
+    o.qsa_ratio_from_model = 1;
     int st = td_compare(pos[0], pos[1], &o, &r, &err);
-    td_model_close(m);
     if (st) return td_cli_fail("compare", st, &err);
     if (json) {
         td_report_json_write(stdout, r);
