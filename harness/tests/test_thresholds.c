@@ -142,19 +142,19 @@ static const thr_case k_cases[] = {
     {"cpu", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 3e-6, 1},
     {"cpu", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-4, 1},
     {"cpu", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-5, 1},
-    {"llamacpp", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 1e-4, 1},
-    {"llamacpp", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 1e-5, 1},
-    {"llamacpp", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 3e-6, 1},
-    {"llamacpp", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-4, 1},
-    {"llamacpp", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-5, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "llama-q8_0", "blk.1.ffn_up", 2, 1e-4, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "llama-q8_0", "blk.1.ffn_up", 2, 1e-5, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "llama-q8_0", "blk.1.ffn_up", 2, 3e-6, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-4, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-5, 1},
     // the goal (1e-5) holds with r ~10 at the f32 floor, so 3e-6 is caught on every row
     {"cpu", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 3e-6, 1},
-    {"llamacpp", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 3e-6, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3moe-q4_k", "blk.1.attn_out", 1, 3e-6, 1},
     // the hybrid: a Gated DeltaNet layer's output projection (block 1 of 3 GDN + 1 attention)
     {"cpu", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 1e-5, 1},
     {"cpu", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 3e-6, 1},
-    {"llamacpp", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 1e-5, 1},
-    {"llamacpp", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 3e-6, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3next-q8_0", "blk.1.ssm_out", 1, 1e-5, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3next-q8_0", "blk.1.ssm_out", 1, 3e-6, 1},
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
 
@@ -478,7 +478,7 @@ ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_t
     const int full = getenv("TD_THRESH_FULL") && atoi(getenv("TD_THRESH_FULL")) > 0;
     static const int64_t lens[3] = {1, 8, 40};
     static const char *const arms[2] = {"cpu", "llamacpp"};
-    static const char *const profiles[2] = {"native", "act-q8"}; // what each arm declares
+    static const char *const profiles[2] = {"native", "act-q8+rope-f32-mul"}; // what each arm declares
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(1 + (i * 37) % 250); // below every fixture's V (and 512)
     int n_cmp = 0;
