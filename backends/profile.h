@@ -64,7 +64,9 @@
  *               rest as rope-f32-mul. The device's pow, sin and cos are its
  *               own approximations; the host's correctly rounded powf
  *               stands in for them (the closest host form, not the device's
- *               bits). Excludes rope-f32-mul.
+ *               bits). Excludes rope-f32-mul. No arm declares it: on
+ *               lavapipe the device's functions add more than the form
+ *               explains (README "The rotary angle").
  *
  * The rounding helpers below are exact formulas; the reference calls them in
  * its own precision (f32 for ref32, f64 for ref), everything else it keeps. */

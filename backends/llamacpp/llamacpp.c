@@ -1193,11 +1193,8 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // cooperative matrices or integer dot products (its f16acc shaders)
         if (s->kind == LC_VULKAN && g->fp16 && !g->coopmat && !g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+acc-f16");
         if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
-        // ggml-vulkan's rope shaders form the angle as float(pos) * pow(theta_scale, i)
-        if (s->kind == LC_VULKAN) {
-            if (!strcmp(p, "native")) p[0] = '\0';
-            snprintf(p + strlen(p), n - strlen(p), "%srope-f32-pow", p[0] ? "+" : "");
-        }
+        // not rope-f32-pow: ggml-vulkan's angle is that form, but the device's
+        // pow/sin/cos add more than the form removes (README "The rotary angle")
     }
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
@@ -1603,7 +1600,7 @@ const td_backend_vt td_llamacpp_vulkan_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
-    .profile = "attn-f16+mm-f16@8+acc-f16+rope-f32-pow",
+    .profile = "attn-f16+mm-f16@8+acc-f16",
     .profile_of = lc_profile_of,
     .probe = lc_probe_vulkan,
     .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),

@@ -273,14 +273,14 @@ static int bisect_ref_llamacpp(const char *model, int control, char *pa, char *p
     snprintf(out, sizeof out, "%s/bisect", dir);
     snprintf(pa, n, "%s/A-ref.h5", out);
     snprintf(pb, n, "%s/B-llamacpp.h5", out);
-    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8",
+    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8+rope-f32-mul",
                           "--b", "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--out-dir", out,
                           control ? NULL : "--control-arm", "none", NULL};
     return td_test_tapdiff_run(dir, so, se, args);
 }
 
 /* The same tie through the two-arm bisect: A = ref under B's profile
- * (--a-profile act-q8), B = llamacpp, control ref32 under act-q8. Divergent
+ * (--a-profile act-q8+rope-f32-mul), B = llamacpp, control ref32 under it. Divergent
  * at blk.1.moe_logits without the search; with it the oracle takes
  * llama.cpp's side, the verdict is conformant and A's tap file records the
  * tie it took (root attribute ties_taken, with the weight each copy fed). */
@@ -298,7 +298,7 @@ Test(thresholds, two_arm_bisect_takes_the_arms_side_of_a_tie_and_records_it) {
     char *taken = NULL, *prof = NULL;
     cr_assert_eq(td_tapfile_attr_str(f, "ties_taken", &taken, &e), TD_OK, "%s", e.msg);
     cr_assert_eq(td_tapfile_attr_str(f, "profile", &prof, &e), TD_OK, "%s", e.msg);
-    cr_expect_str_eq(prof, "act-q8");
+    cr_expect_str_eq(prof, "act-q8+rope-f32-mul");
     cr_expect(strstr(taken, "0:15:13:-40.5000090") && strstr(taken, ":blk.1.ffn_gate_inp.weight"),
               "ties_taken: %s", taken);
     (void)pb;
