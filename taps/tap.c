@@ -98,6 +98,8 @@ struct td_tap_sink {
     int64_t committed;       // steps the writer has committed
     _Atomic int w_status;    // the writer's first error; w_err is set before it
     td_err w_err;
+    double w_cpu;            // the thread's CPU seconds, set as it ends
+    double waited;           // seconds the engine's thread waited for the writer
     // td_tap_step_begin_tokens: the token history hist.tokens reports
     int64_t next_pos;   // pos0 of a step begun without positions
     td_hist hist;
@@ -732,7 +734,15 @@ static void *writer_main(void *arg) {
         pthread_mutex_lock(&s->mu);
     }
     pthread_mutex_unlock(&s->mu);
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) s->w_cpu = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
     return NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // Runs c now (no thread; c is the caller's) or queues it (c is then a
@@ -745,8 +755,12 @@ static void submit(td_tap_sink *s, cmd *c) {
     }
     c->next = NULL;
     pthread_mutex_lock(&s->mu);
-    while (s->queued > 0 && s->queued + c->bytes > s->queue_cap && atomic_load(&s->w_status) == TD_OK)
-        pthread_cond_wait(&s->cv_done, &s->mu);
+    if (s->queued > 0 && s->queued + c->bytes > s->queue_cap) {
+        const double t0 = now_s();
+        while (s->queued > 0 && s->queued + c->bytes > s->queue_cap && atomic_load(&s->w_status) == TD_OK)
+            pthread_cond_wait(&s->cv_done, &s->mu);
+        s->waited += now_s() - t0;
+    }
     if (atomic_load(&s->w_status) != TD_OK) { // dropped: nothing after an error
         pthread_mutex_unlock(&s->mu);
         free(c);
@@ -784,7 +798,11 @@ static void drain(td_tap_sink *s) {
 static void wait_committed(td_tap_sink *s, int64_t n) {
     if (!s->threaded) return;
     pthread_mutex_lock(&s->mu);
-    while (s->committed < n && atomic_load(&s->w_status) == TD_OK) pthread_cond_wait(&s->cv_done, &s->mu);
+    if (s->committed < n) {
+        const double t0 = now_s();
+        while (s->committed < n && atomic_load(&s->w_status) == TD_OK) pthread_cond_wait(&s->cv_done, &s->mu);
+        s->waited += now_s() - t0;
+    }
     pthread_mutex_unlock(&s->mu);
 }
 
@@ -840,11 +858,19 @@ no_work:
 // Runs what is queued, ends the thread; HDF5 is the caller's again.
 static void writer_stop(td_tap_sink *s) {
     if (!s->threaded) return;
+    const double t0 = now_s();
     pthread_mutex_lock(&s->mu);
     s->quit = 1;
     pthread_cond_signal(&s->cv_work);
     pthread_mutex_unlock(&s->mu);
     pthread_join(s->thread, NULL);
+    s->waited += now_s() - t0;
+    // TD_TAPS_STATS (bench/tap_cost.sh): where the writer's time went, which
+    // CPU time alone cannot tell on a machine without a free core.
+    const char *st = getenv("TD_TAPS_STATS");
+    if (st && *st && strcmp(st, "0"))
+        fprintf(stderr, "tap writer: thread cpu %.3f s, engine waited %.3f s, queue peak %zu bytes\n", s->w_cpu,
+                s->waited, s->queue_peak);
     pthread_cond_destroy(&s->cv_done);
     pthread_cond_destroy(&s->cv_work);
     pthread_mutex_destroy(&s->mu);
