@@ -287,6 +287,14 @@ typedef struct small_growth {
     double gmax;
 } small_growth;
 
+/* A sliding copy's slots (copy_carried): per slot, the control error of the
+ * input it was copied from, as of `step`. */
+typedef struct copy_slots {
+    char name[TD_TAP_NAME_MAX];
+    int64_t step, n;
+    double *src;
+} copy_slots;
+
 typedef struct ctx {
     const td_cmp_options *o;
     td_cmp_result *r;
@@ -306,6 +314,8 @@ typedef struct ctx {
     int n_sg, cap_sg;
     small_growth *qs; // per qsa_scores tap: the largest |score| of A so far (in gmax)
     int n_qs, cap_qs;
+    copy_slots *cs; // per sliding copy tap (the conv states)
+    int n_cs, cap_cs;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -1031,12 +1041,49 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     return TD_OK;
 }
 
-// Taps whose values are rows of their catalog input copied unchanged (no
-// arithmetic): ssm_conv_state is the tail of the conv input ssm_qkv.
-static int copies_rows_of_input(const char *name) {
-    long layer;
-    const char *base = blk_base(name, &layer);
-    return base && !strcmp(base, "ssm_conv_state");
+// The axis of t that slides over rows copied from its catalog input and from
+// its own previous value (td_tap_catalog_copy_axis; the conv state), or -1.
+static int copy_axis(const td_cmp_tap *t) {
+    const td_tap_entry *e = td_tap_catalog_find(t->name, NULL);
+    const int axis = e ? td_tap_catalog_copy_axis(e) : -1;
+    return axis >= 0 && axis < t->ndim ? axis : -1;
+}
+
+// The control error a sliding copy carries: each of its S slots keeps its
+// source's, the input's control error of the step that wrote it. A step of T
+// tokens moves the slots T back and writes the last min(T, S) from its
+// input; the rest are the previous step's value, whose rows came from
+// earlier steps (after a prefill with f16 operands, a decode step's state
+// still holds prefill rows and their error). Without the previous step's
+// slots (not compared), every slot counts as this step's input. Returns the
+// largest slot's error: the state's relative error is a weighted mean of its
+// slots'.
+static double copy_carried(ctx *c, const td_cmp_tap *t, int axis, double from_in) {
+    const int64_t S = (int64_t)t->shape[axis], T = t->n_tokens > 0 ? t->n_tokens : 1;
+    int i = 0;
+    while (i < c->n_cs && strcmp(c->cs[i].name, t->name)) i++;
+    if (i == c->n_cs) {
+        if (c->n_cs == c->cap_cs) {
+            c->cap_cs = c->cap_cs ? 2 * c->cap_cs : 16;
+            c->cs = td_xrealloc(c->cs, (size_t)c->cap_cs * sizeof *c->cs);
+        }
+        memset(&c->cs[i], 0, sizeof c->cs[i]);
+        snprintf(c->cs[i].name, sizeof c->cs[i].name, "%s", t->name);
+        c->cs[i].step = -2;
+        c->n_cs++;
+    }
+    copy_slots *k = &c->cs[i];
+    const int carry = k->step == t->step - 1 && k->n == S;
+    if (k->n != S) {
+        k->src = td_xrealloc(k->src, sizeof *k->src * (size_t)(S ? S : 1));
+        k->n = S;
+    }
+    for (int64_t j = 0; j < S; j++) k->src[j] = carry && j + T < S ? k->src[j + T] : from_in;
+    k->step = t->step;
+    double m = 0;
+    for (int64_t j = 0; j < S; j++)
+        if (k->src[j] > m) m = k->src[j];
+    return m;
 }
 
 // Applies the budget (and the logits row checks) once err and err_ctrl are
@@ -1066,8 +1113,9 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
     // A tap that holds a copy of some rows of its input (the conv state: the
     // last K-1 rows of ssm_qkv) adds no arithmetic of its own: its few rows
     // are one draw of the control error its input measured over all of them,
-    // so that error counts for it too, unamplified (a copy grows nothing).
-    const int copy = in && copies_rows_of_input(t->name);
+    // so that error counts for it too, unamplified (a copy grows nothing);
+    // the rows it carries from earlier steps keep their own step's.
+    const int axis = in ? copy_axis(t) : -1, copy = axis >= 0;
     if ((t->count < TD_CMP_SMALL_TAP || copy) && in && !isnan(in->err_ctrl_used)) {
         double g = 1.0;
         if (!copy && t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
@@ -1086,7 +1134,7 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
             if (gi > c->sg[i].gmax) c->sg[i].gmax = gi;
             if (c->sg[i].gmax > g) g = c->sg[i].gmax < TD_CMP_SMALL_GROWTH ? c->sg[i].gmax : TD_CMP_SMALL_GROWTH;
         }
-        const double from_in = in->err_ctrl_used * g;
+        const double from_in = copy ? copy_carried(c, t, axis, in->err_ctrl_used) : in->err_ctrl_used * g;
         if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
     }
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
@@ -1787,6 +1835,8 @@ fail:
     free(c.ulp_hist);
     free(c.res_of);
     free(c.sg);
+    for (int i = 0; i < c.n_cs; i++) free(c.cs[i].src);
+    free(c.cs);
     free(c.qs);
     if (st) {
         td_cmp_result_free(r);

@@ -168,6 +168,21 @@ const char *td_tap_catalog_kinds(const td_tap_entry *e) {
     return NULL;
 }
 
+/* Sliding copies of their input's rows (td_tap_catalog_copy_axis). Not
+ * ple_conv_state: it holds RMSNorm'd ple_gated rows, arithmetic of its input. */
+static const struct {
+    const char *name;
+    int axis;
+} copies[] = {
+    {"blk.L.ssm_conv_state", 1}, // [C, S]: the last S ssm_qkv rows as columns
+};
+
+int td_tap_catalog_copy_axis(const td_tap_entry *e) {
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++)
+        if (!strcmp(copies[i].name, e->name)) return copies[i].axis;
+    return -1;
+}
+
 const td_tap_entry *td_tap_catalog(size_t *n) {
     *n = sizeof catalog / sizeof catalog[0];
     return catalog;

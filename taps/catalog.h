@@ -56,6 +56,14 @@ int td_tap_catalog_has_arch(const td_tap_entry *e, const char *arch);
  * that the rows keep their six fields.) */
 const char *td_tap_catalog_kinds(const td_tap_entry *e);
 
+/* Taps whose values are rows of their catalog input copied unchanged, in a
+ * window that slides over the steps (a conv state: the last S inputs, oldest
+ * first, part of them carried from the tap's own previous value, the rest
+ * this step's input rows). Returns the tap's axis that runs over those rows:
+ * 0 when its rows are the input's rows, 1 when its columns are (stored
+ * channel-major); -1 when the tap is no such copy. (A side table, as kinds.) */
+int td_tap_catalog_copy_axis(const td_tap_entry *e);
+
 /* 1 when the emitted dtype fits the row's class. */
 int td_tap_catalog_dtype_ok(const td_tap_entry *e, td_dtype dt);
 
