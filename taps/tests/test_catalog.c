@@ -342,18 +342,19 @@ Test(catalog, reference_emits_exactly_the_qwen4exp_taps_per_layer_kind) {
 }
 
 /* The sliding-copy property (td_tap_catalog_copy_axis) is a fact of the
- * reference forward, the source of truth here: in each step of qwen3next's
+ * reference forward, the source of truth here: in each step of a hybrid's
  * reference run (a 2-token prefill, so one slot still holds the zero start,
  * then one-token steps), every slot of such a tap is, bit for bit, the input
- * row the window puts there or the previous step's slot it moved from. */
-Test(catalog, sliding_copies_hold_their_inputs_rows_and_their_own_previous_slots) {
+ * row the window puts there or the previous step's slot it moved from.
+ * Returns how many (step, tap) pairs it checked. */
+static int check_copies(const char *fixture) {
     const char *exe = getenv("TD_TAPDIFF");
     cr_assert_not_null(exe, "TD_TAPDIFF is not set (run through meson test)");
     char cmd[2048], model[512], taps[512];
-    snprintf(cmd, sizeof cmd, "'%s' fixture --out '%s' --only qwen3next-f32 >/dev/null", exe, tmpdir);
+    snprintf(cmd, sizeof cmd, "'%s' fixture --out '%s' --only %s >/dev/null", exe, tmpdir, fixture);
     cr_assert_eq(run(cmd), 0, "%s", cmd);
-    snprintf(model, sizeof model, "%s/qwen3next-f32.gguf", tmpdir);
-    snprintf(taps, sizeof taps, "%s/copies.h5", tmpdir);
+    snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, fixture);
+    snprintf(taps, sizeof taps, "%s/%s-copies.h5", tmpdir, fixture);
     snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 4,9 --steps 3 --out '%s' >/dev/null", exe,
              model, taps);
     cr_assert_eq(run(cmd), 0, "%s", cmd);
@@ -409,5 +410,12 @@ Test(catalog, sliding_copies_hold_their_inputs_rows_and_their_own_previous_slots
     }
     for (int k = 0; k < 64; k++) free(prev[k]);
     td_tapfile_close(f);
-    cr_assert_geq(checked, 4, "%d sliding copies checked", checked);
+    return checked;
+}
+
+Test(catalog, sliding_copies_hold_their_inputs_rows_and_their_own_previous_slots) {
+    int n = check_copies("qwen3next-f32");
+    cr_assert_geq(n, 4, "qwen3next: %d sliding copies checked", n);
+    n = check_copies("qwen4exp-f32");
+    cr_assert_geq(n, 4, "qwen4exp: %d sliding copies checked", n);
 }
