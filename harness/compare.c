@@ -316,6 +316,10 @@ typedef struct ctx {
     int n_qs, cap_qs;
     copy_slots *cs; // per sliding copy tap (the conv states)
     int n_cs, cap_cs;
+    small_growth *kc; // per cached input (K, V): its largest control error so far (in gmax)
+    int n_kc, cap_kc;
+    double *carry; // per record of the step: the error it carries from earlier steps (carried_error), else 0
+    int64_t carry_n;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -1088,7 +1092,7 @@ static double copy_carried(ctx *c, const td_cmp_tap *t, int axis, double from_in
 
 // Applies the budget (and the logits row checks) once err and err_ctrl are
 // known. Priority of the failure kinds: non-finite, budget, top-1, KL.
-static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
+static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double carried) {
     if (t->method == TD_CMP_INTEGER) {
         int bug = t->n_int_mismatch > t->n_int_in_ctrl + t->n_int_qsa_tie;
         t->fail = bug ? TD_CMPF_INTEGER : TD_CMPF_OK;
@@ -1137,6 +1141,8 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in) {
         const double from_in = copy ? copy_carried(c, t, axis, in->err_ctrl_used) : in->err_ctrl_used * g;
         if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
     }
+    // The error carried from earlier steps' cached rows (carried_error).
+    if (!isnan(carried) && (isnan(t->err_ctrl_used) || carried > t->err_ctrl_used)) t->err_ctrl_used = carried;
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
     t->budget = kc > fl ? kc : fl;
     t->ratio = t->budget > 0 ? t->err / t->budget : (t->err > 0 ? INFINITY : 0.0);
@@ -1326,6 +1332,65 @@ static const td_cmp_tap *growth(ctx *c, int64_t step_first, td_cmp_tap *t) {
     return best;
 }
 
+// The largest control error (as used) of the cached inputs t reads
+// (td_tap_catalog_cached_groups) over this step and the earlier ones; NAN
+// when t reads none or none had a control.
+static double cached_inputs(ctx *c, int64_t step_first, const td_cmp_tap *t) {
+    if (t->method == TD_CMP_INTEGER) return NAN;
+    const td_tap_entry *e = td_tap_catalog_find(t->name, NULL);
+    const unsigned mask = e ? td_tap_catalog_cached_groups(e) : 0;
+    if (!mask) return NAN;
+    char groups[3][3][TD_TAP_NAME_MAX];
+    int last_out;
+    const int ng = td_cmp_inputs(t->name, groups, 3, &last_out);
+    double m = NAN;
+    for (int g = 0; g < ng; g++) {
+        if (!(mask >> g & 1)) continue;
+        for (int a = 0; a < 3 && groups[g][a][0]; a++) {
+            const td_cmp_tap *in = step_result(c, step_first, groups[g][a]);
+            if (!in || in->method == TD_CMP_INTEGER || in->seq >= t->seq) continue;
+            int i = 0;
+            while (i < c->n_kc && strcmp(c->kc[i].name, in->name)) i++;
+            if (i == c->n_kc) {
+                if (c->n_kc == c->cap_kc) {
+                    c->cap_kc = c->cap_kc ? 2 * c->cap_kc : 32;
+                    c->kc = td_xrealloc(c->kc, (size_t)c->cap_kc * sizeof *c->kc);
+                }
+                snprintf(c->kc[i].name, sizeof c->kc[i].name, "%s", in->name);
+                c->kc[c->n_kc++].gmax = NAN;
+            }
+            if (!isnan(in->err_ctrl_used) && (isnan(c->kc[i].gmax) || in->err_ctrl_used > c->kc[i].gmax))
+                c->kc[i].gmax = in->err_ctrl_used;
+            if (!isnan(c->kc[i].gmax) && (isnan(m) || c->kc[i].gmax > m)) m = c->kc[i].gmax;
+            break;
+        }
+    }
+    return m;
+}
+
+// The control error t carries from rows earlier steps cached: attention
+// reads the K/V rows every earlier step wrote, with the error those steps
+// measured (a prefill's f16 operands), which the step's own taps do not show;
+// a one-token step's control error is one draw of it through one query
+// (qwen4exp-f32 on the Vulkan arm, 40-token prefill: 3.4e-5 to 1.7e-4 at
+// blk.1.attn_ctx over the decode steps, the prefill's K/V rows 1.0e-4; the
+// arm 1.6e-4 at step 5 where the control drew 3.7e-5). Such a reader carries
+// its cached inputs' largest error unamplified; a tap after it carries its
+// input's carried error times the control's growth from that input to it
+// this step (at most TD_CMP_SMALL_GROWTH: a residual add shrinks it as it
+// shrinks the control's). NAN when nothing is carried.
+static double carried_error(ctx *c, int64_t step_first, const td_cmp_tap *t, const td_cmp_tap *in) {
+    double m = cached_inputs(c, step_first, t);
+    if (!in || in->method == TD_CMP_INTEGER || t->method == TD_CMP_INTEGER) return m;
+    const double ci = c->carry[in - c->r->store->win];
+    if (ci > 0 && t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
+        isfinite(in->err_ctrl)) {
+        const double g = t->err_ctrl / in->err_ctrl, from = ci * (g < TD_CMP_SMALL_GROWTH ? g : TD_CMP_SMALL_GROWTH);
+        if (isnan(m) || from > m) m = from;
+    }
+    return m;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static void add_note(td_cmp_result *r, const char *fmt, ...) {
@@ -1431,6 +1496,10 @@ static int compare_step(ctx *c, int64_t s, td_err *err) {
     if ((st = check_tokens(c, s, err))) return st;
 
     c->res_of = td_xrealloc(c->res_of, sizeof *c->res_of * (size_t)(c->B.n ? c->B.n : 1));
+    if (c->carry_n < c->B.n) {
+        c->carry = td_xrealloc(c->carry, sizeof *c->carry * (size_t)c->B.n);
+        c->carry_n = c->B.n;
+    }
     unsigned char *seen = td_xcalloc((size_t)(c->A.n ? c->A.n : 1), 1);
     int64_t step_first = r->n_taps;
     for (int64_t j = 0; j < c->B.n; j++) c->res_of[j] = -1;
@@ -1461,7 +1530,9 @@ static int compare_step(ctx *c, int64_t s, td_err *err) {
             st = cmp_float(c, s, a, b, t, err);
         if (st) break;
         const td_cmp_tap *in = growth(c, step_first, t);
-        judge(c, t, in);
+        const double carried = carried_error(c, step_first, t, in);
+        judge(c, t, in, carried);
+        c->carry[idx - step_first] = isnan(carried) ? 0.0 : carried;
         c->res_of[j] = idx;
         if (t->method == TD_CMP_DATA) r->n_data++;
         if (t->method == TD_CMP_FINGERPRINT) r->n_fingerprint++;
@@ -1837,6 +1908,8 @@ fail:
     free(c.sg);
     for (int i = 0; i < c.n_cs; i++) free(c.cs[i].src);
     free(c.cs);
+    free(c.kc);
+    free(c.carry);
     free(c.qs);
     if (st) {
         td_cmp_result_free(r);

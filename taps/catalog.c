@@ -183,6 +183,21 @@ int td_tap_catalog_copy_axis(const td_tap_entry *e) {
     return -1;
 }
 
+/* Readers of cached rows of earlier steps (td_tap_catalog_cached_groups). */
+static const struct {
+    const char *name;
+    unsigned groups;
+} cached[] = {
+    {"blk.L.attn_probs", 0x2}, // K (group 1) of every cached position
+    {"blk.L.attn_ctx", 0x6},   // K and V (groups 1, 2) of every cached position
+};
+
+unsigned td_tap_catalog_cached_groups(const td_tap_entry *e) {
+    for (size_t i = 0; i < sizeof cached / sizeof cached[0]; i++)
+        if (!strcmp(cached[i].name, e->name)) return cached[i].groups;
+    return 0;
+}
+
 const td_tap_entry *td_tap_catalog(size_t *n) {
     *n = sizeof catalog / sizeof catalog[0];
     return catalog;

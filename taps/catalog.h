@@ -64,6 +64,12 @@ const char *td_tap_catalog_kinds(const td_tap_entry *e);
  * channel-major); -1 when the tap is no such copy. (A side table, as kinds.) */
 int td_tap_catalog_copy_axis(const td_tap_entry *e);
 
+/* Taps that read, besides their producers' rows of the step, the rows every
+ * earlier step of the sequence cached of some of them (attention: the K/V
+ * cache). Returns a bit mask of those producer groups (bit g: the g-th
+ * ','-separated group of `producers`), 0 for none. (A side table.) */
+unsigned td_tap_catalog_cached_groups(const td_tap_entry *e);
+
 /* 1 when the emitted dtype fits the row's class. */
 int td_tap_catalog_dtype_ok(const td_tap_entry *e, td_dtype dt);
 

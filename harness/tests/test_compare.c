@@ -1207,3 +1207,63 @@ Test(compare, a_sliding_copy_keeps_each_rows_source_error_across_steps) {
         td_cmp_result_free(r);
     }
 }
+
+/* Attention of an 8-token prefill and one decode step, 64 channels per row:
+ * blk.0.attn_q_rope, attn_k_rope, attn_v, attn_ctx, attn_gated. Each value is
+ * the oracle's times 1 + e·u, e per (step, tap) from rel (rel[step][tap]),
+ * u a draw of the arm's own `seed`. */
+static void write_attn_steps(const char *path, uint64_t seed, const double rel[2][5]) {
+    static const char *names[5] = {"blk.0.attn_q_rope", "blk.0.attn_k_rope", "blk.0.attn_v", "blk.0.attn_ctx",
+                                   "blk.0.attn_gated"};
+    td_tap_sink *s = tg_open(path, seed ? "x" : "ref", "f64", NULL);
+    double v[8 * 64];
+    for (int step = 0; step < 2; step++) {
+        const int T = step ? 1 : 8;
+        tg_step(s, step ? TD_STEP_DECODE : TD_STEP_PREFILL, step ? 8 : 0, T);
+        for (int k = 0; k < 5; k++) {
+            for (int i = 0; i < T * 64; i++) {
+                const double a = tg_unif(31, (uint64_t)(step * 8 + k), (uint64_t)i) + 0.5;
+                v[i] = a * (1 + (seed ? rel[step][k] * tg_unif(seed, (uint64_t)(step * 8 + k), (uint64_t)i) : 0));
+            }
+            tg_emit2(s, names[k], TD_DT_F64, v, T, 64);
+        }
+        tg_end(s);
+    }
+    tg_close(s);
+}
+
+/* The decode step's attention reads the prefill's K/V rows from the cache,
+ * whose error (1e-4 on both arms) its own step's taps (1e-7) do not show; the
+ * control's attn_ctx there is one draw of it (3e-5), the candidate's another
+ * (1.6e-4). attn_ctx takes the cached K/V rows' control error, attn_gated
+ * after it that error times the control's growth to it; a 1e-3 error at the
+ * decode step's attn_ctx is still caught there. */
+Test(compare, attention_carries_the_cached_rows_control_error) {
+    const double ctl[2][5] = {{1e-4, 1e-4, 1e-4, 2.5e-4, 2.5e-4}, {1e-7, 1e-7, 1e-7, 3e-5, 3e-5}};
+    const double cand[2][5] = {{1e-4, 1e-4, 1e-4, 2.3e-4, 2.3e-4}, {1e-7, 1e-7, 1e-7, 1.6e-4, 1.6e-4}};
+    const double bug[2][5] = {{1e-4, 1e-4, 1e-4, 2.3e-4, 2.3e-4}, {1e-7, 1e-7, 1e-7, 1e-3, 1e-3}};
+    write_attn_steps(P("ata.h5"), 0, ctl);
+    write_attn_steps(P("atc.h5"), 41, ctl);
+    write_attn_steps(P("atb.h5"), 42, cand);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("atc.h5");
+    td_cmp_result *r = cmp(P("ata.h5"), P("atb.h5"), &o);
+    const td_cmp_tap *k0 = find(r, 0, "blk.0.attn_k_rope"), *v0 = find(r, 0, "blk.0.attn_v");
+    const td_cmp_tap *c1 = find(r, 1, "blk.0.attn_ctx"), *g1 = find(r, 1, "blk.0.attn_gated");
+    cr_expect_eq(r->verdict, TD_OK, "%s (step 1 attn_ctx: err %.3g, control %.3g, budget %.3g)", r->reason, c1->err,
+                 c1->err_ctrl, c1->budget);
+    cr_expect_float_eq(c1->err_ctrl_used, fmax(k0->err_ctrl_used, v0->err_ctrl_used), 1e-15,
+                       "attn_ctx at step 1: the prefill's cached K/V rows' control error");
+    cr_expect_float_eq(g1->err_ctrl_used, c1->err_ctrl_used * g1->err_ctrl / c1->err_ctrl, 1e-12,
+                       "attn_gated: carried times the control's growth");
+    td_cmp_result_free(r);
+    write_attn_steps(P("atb.h5"), 42, bug);
+    r = cmp(P("ata.h5"), P("atb.h5"), &o);
+    cr_expect_eq(r->verdict, TD_DIVERGENT, "%s", r->reason);
+    if (r->first >= 0) {
+        const td_cmp_tap *f = td_cmp_tap_at(r, r->first);
+        cr_expect_str_eq(f->name, "blk.0.attn_ctx");
+        cr_expect_eq(f->step, 1);
+    }
+    td_cmp_result_free(r);
+}
