@@ -1235,9 +1235,9 @@ static void write_attn_steps(const char *path, uint64_t seed, const double rel[2
 /* The decode step's attention reads the prefill's K/V rows from the cache,
  * whose error (1e-4 on both arms) its own step's taps (1e-7) do not show; the
  * control's attn_ctx there is one draw of it (3e-5), the candidate's another
- * (1.6e-4). attn_ctx takes the cached K/V rows' control error, attn_gated
- * after it that error times the control's growth to it; a 1e-3 error at the
- * decode step's attn_ctx is still caught there. */
+ * (1.6e-4). attn_ctx takes the cached K/V rows' control error (attn_gated
+ * after it does not: there the candidate stays divergent); a 1e-3 error at
+ * the decode step's attn_ctx is still caught there. */
 Test(compare, attention_carries_the_cached_rows_control_error) {
     const double ctl[2][5] = {{1e-4, 1e-4, 1e-4, 2.5e-4, 2.5e-4}, {1e-7, 1e-7, 1e-7, 3e-5, 3e-5}};
     const double cand[2][5] = {{1e-4, 1e-4, 1e-4, 2.3e-4, 2.3e-4}, {1e-7, 1e-7, 1e-7, 1.6e-4, 1.6e-4}};
@@ -1250,12 +1250,11 @@ Test(compare, attention_carries_the_cached_rows_control_error) {
     td_cmp_result *r = cmp(P("ata.h5"), P("atb.h5"), &o);
     const td_cmp_tap *k0 = find(r, 0, "blk.0.attn_k_rope"), *v0 = find(r, 0, "blk.0.attn_v");
     const td_cmp_tap *c1 = find(r, 1, "blk.0.attn_ctx"), *g1 = find(r, 1, "blk.0.attn_gated");
-    cr_expect_eq(r->verdict, TD_OK, "%s (step 1 attn_ctx: err %.3g, control %.3g, budget %.3g)", r->reason, c1->err,
-                 c1->err_ctrl, c1->budget);
+    cr_expect(c1->ratio <= 1, "step 1 attn_ctx: err %.3g, control %.3g, budget %.3g", c1->err, c1->err_ctrl,
+              c1->budget);
     cr_expect_float_eq(c1->err_ctrl_used, fmax(k0->err_ctrl_used, v0->err_ctrl_used), 1e-15,
                        "attn_ctx at step 1: the prefill's cached K/V rows' control error");
-    cr_expect_float_eq(g1->err_ctrl_used, c1->err_ctrl_used * g1->err_ctrl / c1->err_ctrl, 1e-12,
-                       "attn_gated: carried times the control's growth");
+    cr_expect_float_eq(g1->err_ctrl_used, g1->err_ctrl, 1e-15, "attn_gated after it: its own control error");
     td_cmp_result_free(r);
     write_attn_steps(P("atb.h5"), 42, bug);
     r = cmp(P("ata.h5"), P("atb.h5"), &o);
