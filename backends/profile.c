@@ -395,6 +395,7 @@ static const struct {
     {TD_RULE_ACT_Q8, "act-q8"},     {TD_RULE_ACT_Q8_1, "act-q8_1"}, {TD_RULE_ATTN_F16, "attn-f16"},
     {TD_RULE_KV_F16, "kv-f16"},     {TD_RULE_FA_F16, "fa-f16"},     {TD_RULE_MM_F16, "mm-f16"},
     {TD_RULE_ACC_F16, "acc-f16"},   {TD_RULE_FA_ACC_F16, "fa-acc-f16"},
+    {TD_RULE_ROPE_F32_MUL, "rope-f32-mul"}, {TD_RULE_ROPE_F32_POW, "rope-f32-pow"},
 };
 #define N_RULES (sizeof rule_names / sizeof rule_names[0])
 
@@ -416,7 +417,7 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
             if (strlen(rule_names[i].name) == nlen && !strncmp(c, rule_names[i].name, nlen)) hit = rule_names[i].rule;
         if (!hit) {
             if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16, mm-f16@N, acc-f16, "
-                                      "fa-acc-f16@S; joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
+                                      "fa-acc-f16@S, rope-f32-mul, rope-f32-pow; joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
             return -1;
         }
         if (p.rules & hit) {
@@ -464,6 +465,11 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
     // mm-f16 (the rest of the tiled path) are a GPU's and go together
     if ((p.rules & TD_RULE_ACT_Q8) && (p.rules & (TD_RULE_ACT_Q8_1 | TD_RULE_MM_F16))) {
         if (why) snprintf(why, n, "act-q8 (the CPU path) does not combine with act-q8_1 or mm-f16 (a GPU's)");
+        return -1;
+    }
+    // one angle formula per arm: its rope forms the angle one way
+    if ((p.rules & TD_RULE_ROPE_F32_MUL) && (p.rules & TD_RULE_ROPE_F32_POW)) {
+        if (why) snprintf(why, n, "rope-f32-mul and rope-f32-pow are two ways to form one angle: give one");
         return -1;
     }
     // the shader's arithmetic refines the K/V cast, which it reads
@@ -619,4 +625,21 @@ int td_profile_fa_geom(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, i
     g->sg = S;
     if (g->group < 1 || g->cols % g->group || bc % g->cols) return -1;
     return 0;
+}
+
+td_rope_angle td_profile_rope_angle(const td_profile *p) {
+    if (p->rules & TD_RULE_ROPE_F32_MUL) return TD_ROPE_ANGLE_F32_MUL;
+    if (p->rules & TD_RULE_ROPE_F32_POW) return TD_ROPE_ANGLE_F32_POW;
+    return TD_ROPE_ANGLE_EXACT;
+}
+
+float td_rope_angle_f32(td_rope_angle form, int64_t pos, int64_t i, int64_t R, double base) {
+    // both backends take theta_scale from the host's powf in f32
+    const float ts = powf((float)base, -2.0f / (float)R);
+    if (form == TD_ROPE_ANGLE_F32_POW) return (float)pos * powf(ts, (float)i);
+    // the cache walks the pairs in order, one rounded product per pair: the
+    // angle of pair i carries i roundings, which is the point of the rule
+    float theta = (float)pos;
+    for (int64_t k = 0; k < i; k++) theta *= ts;
+    return theta;
 }

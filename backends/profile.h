@@ -51,6 +51,22 @@
  *               rescale per block of columns, the threads then combined in
  *               ggml-vulkan's order, split-k partials in f32 (td_fa_geom).
  *               Replaces attn-f16 for attention in every step.
+ *   rope-f32-mul the rotary angle as ggml-cpu forms it (ops.cpp,
+ *               ggml_rope_cache_init): theta_scale = powf(base, -2/R) in
+ *               f32, theta = pos then theta *= theta_scale once per pair,
+ *               every product rounded to f32; the frequency factor, the
+ *               frequency scale and YaRN's mix in f32 on that angle. Only
+ *               the angle: its sine and cosine and the rotation stay in the
+ *               working precision. IMROPE: the same per position component.
+ *   rope-f32-pow the rotary angle as ggml-vulkan's rope shaders form it
+ *               (rope_funcs.glsl): theta = float(pos) * pow(theta_scale, i)
+ *               in f32 (theta_scale = powf(base, -2/R) from the host), the
+ *               rest as rope-f32-mul. The device's pow, sin and cos are its
+ *               own approximations; the host's correctly rounded powf
+ *               stands in for them (the closest host form, not the device's
+ *               bits). Excludes rope-f32-mul. No arm declares it: on
+ *               lavapipe the device's functions add more than the form
+ *               explains (README "The rotary angle").
  *
  * The rounding helpers below are exact formulas; the reference calls them in
  * its own precision (f32 for ref32, f64 for ref), everything else it keeps. */
@@ -114,6 +130,8 @@ enum {
     TD_RULE_MM_F16 = 1u << 5,
     TD_RULE_ACC_F16 = 1u << 6,
     TD_RULE_FA_ACC_F16 = 1u << 7,
+    TD_RULE_ROPE_F32_MUL = 1u << 8,
+    TD_RULE_ROPE_F32_POW = 1u << 9,
 };
 
 typedef struct td_profile {
@@ -146,6 +164,18 @@ int td_profile_mm_f16(const td_profile *p, int64_t T);
 
 /* Are K and V rounded to f16 when stored (kv-f16, fa-f16: every step)? */
 int td_profile_kv_store_f16(const td_profile *p);
+
+/* How the rotary angle is formed (rope-f32-mul / rope-f32-pow). */
+typedef enum td_rope_angle {
+    TD_ROPE_ANGLE_EXACT = 0, /* pos * base^(-2i/R) in the working precision */
+    TD_ROPE_ANGLE_F32_MUL = 1,
+    TD_ROPE_ANGLE_F32_POW = 2,
+} td_rope_angle;
+td_rope_angle td_profile_rope_angle(const td_profile *p);
+
+/* The f32 angle of pair i (0 <= i < R/2) at position pos, before the
+ * frequency factor and scale, formed as `form` says (not EXACT). */
+float td_rope_angle_f32(td_rope_angle form, int64_t pos, int64_t i, int64_t R, double base);
 
 /* How ggml-vulkan's scalar flash-attention shader (flash_attn.comp, this
  * peer revision) lays one step out on a device of subgroup size S that is

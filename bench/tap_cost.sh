@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
-# tapdiff bench/tap_cost.sh: what taps cost a run, in CPU time (user + sys
-# from /usr/bin/time, so it holds on a busy machine): `tapdiff run` on
+# tapdiff bench/tap_cost.sh: what taps cost a run: `tapdiff run` on
 # bench-q8_0 (bench/side_by_side.sh's model, out/bench/), a 64-token prompt
 # + STEPS (default 16) greedy steps, one thread, with --taps none,
-# fingerprint and full; best of ROUNDS (default 3), interleaved; each line
-# gives the CPU seconds and the ratio to the untapped run.
+# fingerprint and full, the tapped ones with the sink's writer thread (the
+# default) and without it (TAPDIFF_TAP_THREAD=0, "inline"); best of ROUNDS
+# (default 3), interleaved. Each line gives
+#   CPU time (user + sys from /usr/bin/time: holds on a busy machine),
+#   wall time (what the writer thread is for; meaningful only on an idle
+#   machine: the load average before and after is printed beside it),
+#   peak RSS (max over the rounds),
+# and the ratios of CPU and wall time to the untapped run; with the writer
+# thread also the engine thread's CPU time (the run's less the writer's,
+# TD_TAPS_STATS=1) and its ratio: the wall time of a machine with a core
+# free for the writer, as long as the writer keeps up (its CPU time below
+# the engine's; then the engine never waits).
 #
 #   bench/tap_cost.sh [BUILD_DIR]     (default build; BACKEND default cpu)
 #
@@ -25,34 +34,55 @@ steps=${STEPS:-16}
 backend=${BACKEND:-cpu}
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
-cput() { /usr/bin/time -f "%U %S" "$@" 2>&1 >/dev/null | tail -1 | awk '{print $1 + $2}'; }
-lesser() { python3 -c "import sys; print(min(float(x) for x in sys.argv[1:] if x))" "$@"; }
-run() { # tapdiff mode out
-  local o=(--out "$3")
-  [ "$2" = none ] && o=()
-  cput "$1" run --model "$m" --backend "$backend" --threads 1 --tokens "$toks" --steps "$steps" --taps "$2" \
-    "${o[@]}" --quiet
+# "cpu wall rss_kb writer_cpu" of one run (writer_cpu: the sink's writer thread, TD_TAPS_STATS; 0 without one)
+measure() {
+  local e
+  e=$(TD_TAPS_STATS=1 /usr/bin/time -f "%U %S %e %M" "$@" 2>&1 >/dev/null)
+  echo "$(tail -1 <<<"$e" | awk '{print $1 + $2, $3, $4}') $(grep -o 'thread cpu [0-9.]*' <<<"$e" | awk '{print $3}' || true)"
 }
-declare -A best
+lesser() { python3 -c "import sys; print(min(float(x) for x in sys.argv[1:] if x))" "$@"; }
+greater() { python3 -c "import sys; print(int(max(float(x) for x in sys.argv[1:] if x)))" "$@"; }
+run() { # tapdiff mode out
+  local o=(--out "$3") mode=${2%-inline} env=()
+  [ "$mode" = none ] && o=()
+  [ "$mode" != "$2" ] && env=(TAPDIFF_TAP_THREAD=0)
+  measure env ${env[@]+"${env[@]}"} "$1" run --model "$m" --backend "$backend" --threads 1 --tokens "$toks" \
+    --steps "$steps" --taps "$mode" "${o[@]}" --quiet
+}
+declare -A cpu wall rss eng
 arms=(new)
 [ -n "${BEFORE:-}" ] && arms+=(old)
+modes=(none fingerprint full fingerprint-inline full-inline)
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 for ((r = 1; r <= ${ROUNDS:-3}; r++)); do
-  for mode in none fingerprint full; do
+  for mode in "${modes[@]}"; do
     for arm in "${arms[@]}"; do
       x=$td
       [ "$arm" = old ] && x=$BEFORE
-      best[$arm.$mode]=$(lesser "$(run "$x" "$mode" "$out/$arm-$mode.h5")" ${best[$arm.$mode]:-})
+      # an older build has no writer thread: its inline runs are its only ones
+      [ "$arm" = old ] && [ "$mode" != "${mode%-inline}" ] && continue
+      read -r c w k t < <(run "$x" "$mode" "$out/$arm-$mode.h5")
+      # the engine's thread: what is left of the CPU time without the writer's
+      eng[$arm.$mode]=$(lesser "$(python3 -c "print($c - ${t:-0})")" ${eng[$arm.$mode]:-})
+      cpu[$arm.$mode]=$(lesser "$c" ${cpu[$arm.$mode]:-})
+      wall[$arm.$mode]=$(lesser "$w" ${wall[$arm.$mode]:-})
+      rss[$arm.$mode]=$(greater "$k" ${rss[$arm.$mode]:-})
     done
   done
 done
+echo "load average before: $load0; after: $(cut -d' ' -f1-3 /proc/loadavg); $(nproc) cores; rounds ${ROUNDS:-3}"
+ratio() { python3 -c "import sys; print('%.2fx' % (float(sys.argv[1]) / float(sys.argv[2])))" "$1" "$2"; }
 for arm in "${arms[@]}"; do
-  base=${best[$arm.none]}
-  line="$arm: none ${base} s"
-  for mode in fingerprint full; do
-    line="$line, $mode ${best[$arm.$mode]} s ($(python3 -c "import sys; print('%.2fx' % (float(sys.argv[1]) / float(sys.argv[2])))" \
-      "${best[$arm.$mode]}" "$base"))"
+  for mode in "${modes[@]}"; do
+    [ -n "${cpu[$arm.$mode]:-}" ] || continue
+    line=$(printf '%s %-18s cpu %5.2f s  wall %5.2f s  peak RSS %6.1f MB' "$arm" "$mode" "${cpu[$arm.$mode]}" \
+      "${wall[$arm.$mode]}" "$(python3 -c "print(${rss[$arm.$mode]} / 1024)")")
+    [ "$mode" != none ] && line="$line  ($(ratio "${cpu[$arm.$mode]}" "${cpu[$arm.none]}") cpu, $(ratio \
+      "${wall[$arm.$mode]}" "${wall[$arm.none]}") wall)"
+    [ "$mode" != none ] && [ "${eng[$arm.$mode]}" != "${cpu[$arm.$mode]}" ] &&
+      line="$line  engine thread $(printf '%.2f' "${eng[$arm.$mode]}") s ($(ratio "${eng[$arm.$mode]}" "${cpu[$arm.none]}"))"
+    echo "$line"
   done
-  echo "$line"
 done
 if [ -n "${BEFORE:-}" ]; then
   for mode in fingerprint full; do

@@ -1120,24 +1120,32 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double carried) {
     // so that error counts for it too, unamplified (a copy grows nothing);
     // the rows it carries from earlier steps keep their own step's.
     const int axis = in ? copy_axis(t) : -1, copy = axis >= 0;
-    if ((t->count < TD_CMP_SMALL_TAP || copy) && in && !isnan(in->err_ctrl_used)) {
-        double g = 1.0;
-        if (!copy && t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 && isfinite(t->err_ctrl) &&
-            isfinite(in->err_ctrl)) {
-            int i = 0;
-            while (i < c->n_sg && strcmp(c->sg[i].name, t->name)) i++;
-            if (i == c->n_sg) {
-                if (c->n_sg == c->cap_sg) {
-                    c->cap_sg = c->cap_sg ? 2 * c->cap_sg : 32;
-                    c->sg = td_xrealloc(c->sg, (size_t)c->cap_sg * sizeof *c->sg);
-                }
-                snprintf(c->sg[i].name, sizeof c->sg[i].name, "%s", t->name);
-                c->sg[c->n_sg++].gmax = 0;
+    // The control's growth from the input is learnt at every step of a tap
+    // whose per-token row is small, the prefill's too: there it is measured
+    // over all the prompt's rows, a steadier draw than the first decode
+    // step's one row (qwen3next-f32, 40 tokens: both arms' blk.0.moe_probs
+    // at step 1 grew the router logits' error 5x where the control's one row
+    // shrank it, r 1.07 with no growth known yet; the prefill showed 1.37).
+    const int small = t->count < TD_CMP_SMALL_TAP;
+    const int small_rows = small || (t->n_tokens > 1 && t->count / (uint64_t)t->n_tokens < TD_CMP_SMALL_TAP);
+    double g = 1.0;
+    if (small_rows && !copy && in && t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 &&
+        isfinite(t->err_ctrl) && isfinite(in->err_ctrl)) {
+        int i = 0;
+        while (i < c->n_sg && strcmp(c->sg[i].name, t->name)) i++;
+        if (i == c->n_sg) {
+            if (c->n_sg == c->cap_sg) {
+                c->cap_sg = c->cap_sg ? 2 * c->cap_sg : 32;
+                c->sg = td_xrealloc(c->sg, (size_t)c->cap_sg * sizeof *c->sg);
             }
-            const double gi = t->err_ctrl / in->err_ctrl;
-            if (gi > c->sg[i].gmax) c->sg[i].gmax = gi;
-            if (c->sg[i].gmax > g) g = c->sg[i].gmax < TD_CMP_SMALL_GROWTH ? c->sg[i].gmax : TD_CMP_SMALL_GROWTH;
+            snprintf(c->sg[i].name, sizeof c->sg[i].name, "%s", t->name);
+            c->sg[c->n_sg++].gmax = 0;
         }
+        const double gi = t->err_ctrl / in->err_ctrl;
+        if (gi > c->sg[i].gmax) c->sg[i].gmax = gi;
+        if (c->sg[i].gmax > g) g = c->sg[i].gmax < TD_CMP_SMALL_GROWTH ? c->sg[i].gmax : TD_CMP_SMALL_GROWTH;
+    }
+    if ((small || copy) && in && !isnan(in->err_ctrl_used)) {
         const double from_in = copy ? copy_carried(c, t, axis, in->err_ctrl_used) : in->err_ctrl_used * g;
         if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
     }

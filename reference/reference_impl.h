@@ -124,6 +124,32 @@ static real yarn_corr_dim(real beta, const td_ref_rope *c) {
     return R * R_LOG((real)c->n_ctx_orig / (2 * (real)M_PI * beta)) / (2 * R_LOG((real)c->base));
 }
 
+/* YaRN's ramp for pair i between the correction dims lo and hi
+ * (ext_factor = 1). */
+static real yarn_mix(int64_t i, real lo, real hi) {
+    real span = hi - lo;
+    if (span < (real)0.001) span = (real)0.001;
+    real r = ((real)i - lo) / span;
+    if (r < 0) r = 0;
+    if (r > 1) r = 1;
+    return 1 - r;
+}
+
+/* The angle of pair i under rope-f32-mul / rope-f32-pow: the arm forms it
+ * in f32 (ggml's rope_yarn: the frequency factor, scale and YaRN's mix are
+ * f32 operations on the f32 angle), and the rounding of a large angle to
+ * f32 is itself an error of up to pos * 2^-24 radians, which grows with the
+ * position past what ref32's own f32 angle draws at random. */
+static real angle_f32(const td_ref_rope *c, int64_t pos, int64_t i, const real *ff, int yarn, real lo, real hi) {
+    float extrap = td_rope_angle_f32((td_rope_angle)c->angle, pos, i, c->R, c->base);
+    if (ff) extrap = extrap / (float)ff[i];
+    const float fs = c->scaling == TD_ROPE_SCALING_NONE ? 1.0f : (float)c->freq_scale;
+    const float interp = fs * extrap;
+    if (!yarn) return (real)interp;
+    const float mix = (float)yarn_mix(i, lo, hi);
+    return (real)(interp * (1 - mix) + extrap * mix);
+}
+
 void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_t n_heads) {
     // x: (n_heads, D), rotated in place; only the first R dims of each head
     const int64_t D = c->D, R = c->R, half = c->R / 2;
@@ -140,20 +166,20 @@ void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_
         if (hi > (real)(R - 1)) hi = (real)(R - 1);
     }
     for (int64_t i = 0; i < half; i++) {
-        // the exponent uses R, not D
-        const real omega = R_POW((real)c->base, -(real)(2 * i) / (real)R);
-        real extrap = (real)pos * omega;
-        if (ff) extrap /= ff[i];
-        const real interp = freq_scale * extrap;
-        real theta = interp;
-        if (yarn) {
-            real span = hi - lo;
-            if (span < (real)0.001) span = (real)0.001;
-            real r = ((real)i - lo) / span;
-            if (r < 0) r = 0;
-            if (r > 1) r = 1;
-            const real mix = 1 - r; // ramp * ext_factor, ext_factor = 1
-            theta = interp * (1 - mix) + extrap * mix;
+        real theta;
+        if (c->angle) {
+            theta = angle_f32(c, pos, i, ff, yarn, lo, hi);
+        } else {
+            // the exponent uses R, not D
+            const real omega = R_POW((real)c->base, -(real)(2 * i) / (real)R);
+            real extrap = (real)pos * omega;
+            if (ff) extrap /= ff[i];
+            const real interp = freq_scale * extrap;
+            theta = interp;
+            if (yarn) {
+                const real mix = yarn_mix(i, lo, hi);
+                theta = interp * (1 - mix) + extrap * mix;
+            }
         }
         const real cs = R_COS(theta), sn = R_SIN(theta);
         for (int64_t h = 0; h < n_heads; h++) {
@@ -1117,8 +1143,10 @@ void FN(rope_imrope)(real *x, const int64_t *pos4, const td_ref_rope *c, const u
     const real freq_scale = c->scaling == TD_ROPE_SCALING_NONE ? 1 : (real)c->freq_scale;
     const real m = (real)c->attn_factor;
     for (int64_t i = 0; i < half; i++) {
+        const int64_t p = pos4[td_ref_imrope_component(i, sections)];
         const real omega = R_POW((real)c->base, -(real)(2 * i) / (real)R);
-        const real theta = freq_scale * ((real)pos4[td_ref_imrope_component(i, sections)] * omega);
+        // each component's angle is formed as the plain rope's (ggml_mrope_cache_init)
+        const real theta = c->angle ? angle_f32(c, p, i, NULL, 0, 0, 0) : freq_scale * ((real)p * omega);
         const real cs = R_COS(theta), sn = R_SIN(theta);
         for (int64_t h = 0; h < n_heads; h++) {
             real *xh = x + h * D;
@@ -1883,6 +1911,7 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
         .freq_scale = hp->rope_freq_scale,
         .attn_factor = hp->rope_attn_factor,
         .n_ctx_orig = hp->rope_n_ctx_orig,
+        .angle = (int)td_profile_rope_angle(&profile),
     };
     const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     const int64_t QKV = (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;

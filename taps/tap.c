@@ -30,6 +30,9 @@
 #include <hdf5.h>
 #include <inttypes.h>
 #include <limits.h>
+#include <pthread.h>
+#include <signal.h>
+#include <stdatomic.h>
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,14 +72,34 @@ struct td_tap_sink {
     hid_t gcpl;       // a step's group creation properties
     hid_t file;       // H5I_INVALID_HID only after a failed reopen
     hid_t steps;      // "/steps"
-    hid_t step;       // the open step, H5I_INVALID_HID between steps
+    hid_t step;       // the open step (writer side), H5I_INVALID_HID between steps
     int64_t step_index; // index of the open step, or of the next one
     int64_t step_taps;  // taps emitted in the open step
     int64_t seq;        // next sequence number
+    int step_open;      // the engine's side: a step is begun and not ended
     int status;         // sticky first error (TD_OK while healthy)
     int abandoned;      // the file's descriptor now points at a memfd
     uint64_t reserve;   // bytes last reserved past the allocation (tests)
     td_err err;
+    // Names of the open step's taps (duplicates are refused without asking
+    // HDF5, which belongs to the writer thread): open addressing, a power of 2.
+    char **names;
+    size_t names_cap, names_n;
+    // The writer (see "The writer thread" below). Everything from here to
+    // w_err is shared with the thread and guarded by mu.
+    int threaded;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv_work;  // a command was queued, or quit
+    pthread_cond_t cv_done;  // a command was finished (room in the queue, a commit)
+    struct cmd *head, *tail;
+    size_t queued, queue_cap, queue_peak; // bytes of queued commands
+    int busy, quit;
+    int64_t committed;       // steps the writer has committed
+    _Atomic int w_status;    // the writer's first error; w_err is set before it
+    td_err w_err;
+    double w_cpu;            // the thread's CPU seconds, set as it ends
+    double waited;           // seconds the engine's thread waited for the writer
     // td_tap_step_begin_tokens: the token history hist.tokens reports
     int64_t next_pos;   // pos0 of a step begun without positions
     td_hist hist;
@@ -92,7 +115,15 @@ static int fail(td_tap_sink *s, int status, const char *fmt, ...)
     __attribute__((format(printf, 3, 4)))
 #endif
     ;
+static void drain(td_tap_sink *s);
+static int poll_writer(td_tap_sink *s);
 static int fail(td_tap_sink *s, int status, const char *fmt, ...) {
+    // The first error in the engine's order of calls: what the writer still
+    // has queued came before this one.
+    if (s->status == TD_OK) {
+        drain(s);
+        poll_writer(s);
+    }
     if (s->status == TD_OK) {
         va_list ap;
         va_start(ap, fmt);
@@ -137,8 +168,37 @@ static int reserve_space(td_tap_sink *s) {
     return r;
 }
 
+// The writer's side of fail(): its first error, and nothing more reaches the
+// file after it (the engine's thread learns of it at its next call).
+static void wfail(td_tap_sink *s, int status, const char *fmt, ...)
+#if defined(__GNUC__)
+    __attribute__((format(printf, 3, 4)))
+#endif
+    ;
+static void wfail(td_tap_sink *s, int status, const char *fmt, ...) {
+    if (atomic_load_explicit(&s->w_status, memory_order_relaxed) != TD_OK) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(s->w_err.msg, sizeof s->w_err.msg, fmt, ap);
+    va_end(ap);
+    if (status == TD_EOUTPUT) abandon_file(s);
+    atomic_store_explicit(&s->w_status, status, memory_order_release);
+}
+
+// Takes over the writer's error if it is the first one; returns the status.
+static int poll_writer(td_tap_sink *s) {
+    if (s->status == TD_OK) {
+        int w = atomic_load_explicit(&s->w_status, memory_order_acquire);
+        if (w != TD_OK) {
+            memcpy(&s->err, &s->w_err, sizeof s->err);
+            s->status = w;
+        }
+    }
+    return s->status;
+}
+
 static int report(td_tap_sink *s, td_err *err) {
-    if (s->status == TD_EOUTPUT) abandon_file(s);
+    poll_writer(s);
     if (s->status != TD_OK && err) memcpy(err, &s->err, sizeof *err);
     return s->status;
 }
@@ -298,6 +358,15 @@ static herr_t file_close(td_tap_sink *s) {
     return rc;
 }
 
+static void names_clear(td_tap_sink *s);
+static void writer_start(td_tap_sink *s, int others_open);
+
+/* HDF5 keeps global state and Debian builds it without thread safety: every
+ * HDF5 call of the sinks of a process runs under this lock (a writer thread
+ * holds it for one command at a time), so sinks open side by side do not
+ * call HDF5 at once. */
+static pthread_mutex_t h5_mu = PTHREAD_MUTEX_INITIALIZER;
+
 static void sink_free(td_tap_sink *s) {
     if (s->str_type >= 0) H5Tclose(s->str_type);
     if (s->scalar >= 0) H5Sclose(s->scalar);
@@ -305,6 +374,8 @@ static void sink_free(td_tap_sink *s) {
     if (s->dcpl >= 0) H5Pclose(s->dcpl);
     if (s->gcpl >= 0) H5Pclose(s->gcpl);
     if (s->fapl >= 0) H5Pclose(s->fapl);
+    names_clear(s);
+    free(s->names);
     free(s->patterns);
     free(s->filter_buf);
     free(s->filter);
@@ -345,7 +416,11 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
                           path, (int)o.mode, (int)TD_TAP_FULL, (int)TD_TAP_FINGERPRINT);
     if (o.compress < 0 || o.compress > 9)
         return td_err_set(err, TD_EINPUT, "tap file %s: compress level %d is outside 0..9", path, o.compress);
+    pthread_mutex_lock(&h5_mu);
     td_taps_h5_quiet();
+    // An HDF5 file the caller has open (a tap file it reads while writing
+    // this one, as golden does) means it calls HDF5 itself: no writer thread.
+    const int others_open = H5Fget_obj_count(H5F_OBJ_ALL, H5F_OBJ_FILE) > 0;
 
     td_tap_sink *s = td_xcalloc(1, sizeof *s);
     s->path = td_xstrdup(path);
@@ -433,6 +508,8 @@ int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *
     if (!H5OK(s->file = H5Fopen(path, H5F_ACC_RDWR, s->fapl)) ||
         !H5OK(s->steps = H5Gopen2(s->file, "steps", H5P_DEFAULT)))
         goto fail;
+    pthread_mutex_unlock(&h5_mu);
+    writer_start(s, others_open);
     *out = s;
     return TD_OK;
 fail:
@@ -443,19 +520,436 @@ fail_quiet:
     if (tmp) unlink(tmp);
     free(tmp);
     sink_free(s);
+    pthread_mutex_unlock(&h5_mu);
     return TD_EOUTPUT;
 }
 
+/* ------------------------------------------------------- the writer thread
+ *
+ * Every HDF5 call of a sink is one of four commands (a step begun, a tap, a
+ * step ended and committed, a root attribute), executed in the engine's
+ * order. With the thread (the default) the engine's thread checks the call,
+ * computes the fingerprint, copies the values a tap keeps and queues the
+ * command; a thread of the sink runs beside it and is the only one to call
+ * HDF5 while it lives, so the engine computes while the file is written.
+ * Without it (TAPDIFF_TAP_THREAD=0, or another HDF5 file open in the process
+ * when the sink opens: that caller uses HDF5 itself) the same commands run
+ * at once on the engine's thread. Both write the same bytes.
+ *   - Memory: the queue holds at most queue_cap bytes (a tap larger than
+ *     that waits for an empty queue); the engine's thread blocks when full.
+ *   - Durability: td_tap_step_end(k) returns once step k-1 is committed, so
+ *     a kill loses at most the last step ended and the open one.
+ *   - Errors: the writer's first error is sticky and returned by the next
+ *     call (step_begin/step_end/attr/close), message and status as without
+ *     the thread; after it the queued commands are dropped unexecuted.
+ *   - fork: a child forked while the thread holds a lock of malloc or HDF5
+ *     could deadlock; tapdiff closes every sink before it reads a tap file
+ *     (which forks a checker), and debug builds of tapdiff abort on a fork
+ *     while a writer lives (TD_TAP_FORK_CHECK). */
+
+enum { CMD_STEP_BEGIN, CMD_TAP, CMD_STEP_END, CMD_ATTR };
+
+typedef struct cmd {
+    struct cmd *next;
+    size_t bytes; // what it counts against the queue's cap
+    int kind;
+    int64_t step_index;
+    td_step_kind skind; // CMD_STEP_BEGIN
+    int64_t pos0, n_tokens;
+    int64_t n_taps;     // CMD_STEP_END
+    char full[TD_TAP_NAME_MAX]; // CMD_TAP
+    td_dtype dtype;
+    int ndim, has_data;
+    int32_t layer;
+    int64_t seq;
+    uint64_t count;
+    int64_t shape[TD_TAP_MAX_DIMS];
+    td_fingerprint fp;
+    const void *data;
+    char *key; // CMD_ATTR
+    hid_t ftype, mtype;
+    union {
+        int64_t i64;
+        double f64;
+        const char *str;
+    } v;
+    _Alignas(16) unsigned char payload[]; // a queued tap's values, a queued attribute's key and string
+} cmd;
+
+#define QUEUE_CAP_DEFAULT (64u << 20)
+
+static _Atomic int live_writers; // writer threads alive in the process
+
+static void x_step_begin(td_tap_sink *s, const cmd *c) {
+    char name[32];
+    step_name(name, c->step_index);
+    hid_t g;
+    if (!H5OK(g = H5Gcreate2(s->steps, name, H5P_DEFAULT, s->gcpl, H5P_DEFAULT))) goto h5fail;
+    if (attr_put_str(s->str_type, g, "kind", c->skind == TD_STEP_PREFILL ? "prefill" : "decode") < 0 ||
+        attr_put_i64(g, "pos0", c->pos0) < 0 || attr_put_i64(g, "n_tokens", c->n_tokens) < 0 ||
+        attr_put_i64(g, "n_taps", 0) < 0 || attr_put_i32(g, "complete", 0) < 0) {
+        H5Gclose(g);
+        goto h5fail;
+    }
+    s->step = g;
+    return;
+h5fail:
+    wfail(s, TD_EOUTPUT, "tap file %s: cannot create step /steps/%s (%s)", s->path, name, td_taps_h5_last());
+}
+
+static void x_step_end(td_tap_sink *s, const cmd *c) {
+    char name[32];
+    step_name(name, c->step_index);
+    int32_t one = 1;
+    herr_t rc = attr_set(s->step, "n_taps", H5T_NATIVE_INT64, &c->n_taps);
+    if (rc >= 0) rc = attr_set(s->step, "complete", H5T_NATIVE_INT32, &one);
+    if (!H5OK(H5Gclose(s->step))) rc = -1;
+    s->step = H5I_INVALID_HID;
+    if (rc < 0) {
+        wfail(s, TD_EOUTPUT, "tap file %s: cannot finish step /steps/%s (%s)", s->path, name, td_taps_h5_last());
+        return;
+    }
+    // A commit that ran out of space half-way would leave the committed
+    // steps' shared structures half-written: room for everything the close
+    // can write is reserved first (the step's metadata lies below the
+    // allocation end; what the close allocates stays far below the slack).
+    if (reserve_space(s) != 0) {
+        wfail(s, TD_EOUTPUT, "tap file %s: cannot commit step %s: %s", s->path, name, strerror(errno));
+        return;
+    }
+    // The commit (see the top of this file): the close writes every cached
+    // entry and truncates the file to its allocation; the reopen starts with
+    // an empty cache and no memory of freed space.
+    if (file_close(s) < 0) {
+        wfail(s, TD_EOUTPUT, "tap file %s: cannot commit step %s (%s)", s->path, name, td_taps_h5_last());
+        return;
+    }
+    if (!H5OK(s->file = H5Fopen(s->path, H5F_ACC_RDWR, s->fapl)) ||
+        !H5OK(s->steps = H5Gopen2(s->file, "steps", H5P_DEFAULT))) {
+        wfail(s, TD_EOUTPUT, "tap file %s: cannot reopen it after step %s (%s)", s->path, name,
+              td_taps_h5_last());
+        return;
+    }
+}
+
+// Chunks of about CHUNK_TARGET_BYTES in row-major order: walking from the
+// outermost dimension, 1 index of each dimension whose single slice is
+// already over the target, then as many indices as fit, then all of the
+// remaining (inner) dimensions. dims are all > 0.
+static void chunk_dims(int ndim, const hsize_t *dims, size_t esize, hsize_t *chunk) {
+    for (int d = 0; d < ndim; d++) {
+        uint64_t inner = esize;
+        for (int e = d + 1; e < ndim; e++) inner *= dims[e];
+        if (inner >= CHUNK_TARGET_BYTES && d + 1 < ndim) {
+            chunk[d] = 1;
+            continue;
+        }
+        hsize_t n = (hsize_t)(CHUNK_TARGET_BYTES / inner);
+        chunk[d] = n < 1 ? 1 : n > dims[d] ? dims[d] : n;
+        for (int e = d + 1; e < ndim; e++) chunk[e] = dims[e];
+        return;
+    }
+}
+
+static void x_tap(td_tap_sink *s, const cmd *c) {
+    hsize_t dims[TD_TAP_MAX_DIMS];
+    for (int d = 0; d < c->ndim; d++) dims[d] = (hsize_t)c->shape[d];
+    const size_t esize = td_dtype_size(c->dtype);
+    int ok = 0;
+    // A fingerprint-only tap (most taps of most runs) creates no dataspace
+    // or property list of its own.
+    hid_t space = s->null_space, dcpl = s->dcpl, dset;
+    if (c->has_data && !H5OK(space = H5Screate_simple(c->ndim, dims, NULL))) goto out;
+    if (c->has_data && c->count * esize > CONTIG_MAX_BYTES && s->compress > 0) {
+        hsize_t chunk[TD_TAP_MAX_DIMS];
+        if (!H5OK(dcpl = H5Pcopy(s->dcpl))) goto close_space;
+        chunk_dims(c->ndim, dims, esize, chunk);
+        // Order matters: shuffle groups the bytes that deflate then compresses.
+        if (!H5OK(H5Pset_chunk(dcpl, c->ndim, chunk)) || !H5OK(H5Pset_shuffle(dcpl)) ||
+            !H5OK(H5Pset_deflate(dcpl, (unsigned)s->compress)))
+            goto close_dcpl;
+    }
+    if (!H5OK(dset = H5Dcreate2(s->step, c->full, file_type(c->dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT)))
+        goto close_dcpl;
+    if (c->has_data && c->count > 0 &&
+        !H5OK(H5Dwrite(dset, mem_type(c->dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, c->data)))
+        goto close_dset;
+    if (tap_attrs(s->str_type, s->scalar, dset, c->seq, c->layer, c->dtype, c->ndim, c->shape, c->has_data,
+                  &c->fp) < 0)
+        goto close_dset;
+    ok = 1;
+close_dset:
+    if (!H5OK(H5Dclose(dset))) ok = 0;
+close_dcpl:
+    if (dcpl != s->dcpl && !H5OK(H5Pclose(dcpl))) ok = 0;
+close_space:
+    if (space != s->null_space && !H5OK(H5Sclose(space))) ok = 0;
+out:
+    if (!ok) {
+        char step[32];
+        step_name(step, c->step_index);
+        wfail(s, TD_EOUTPUT, "tap file %s: step %s: cannot write tap '%s' (%s)", s->path, step, c->full,
+              td_taps_h5_last());
+    }
+}
+
+static void x_attr(td_tap_sink *s, const cmd *c) {
+    const void *buf = c->ftype == s->str_type ? (const void *)&c->v.str : (const void *)&c->v;
+    if (attr_put(s->file, c->key, c->ftype, c->mtype, 0, buf) < 0)
+        wfail(s, TD_EOUTPUT, "tap file %s: cannot write root attribute '%s' (%s)", s->path, c->key,
+              td_taps_h5_last());
+}
+
+static void execute(td_tap_sink *s, const cmd *c) {
+    if (atomic_load_explicit(&s->w_status, memory_order_relaxed) != TD_OK) return; // nothing after an error
+    pthread_mutex_lock(&h5_mu);
+    switch (c->kind) {
+    case CMD_STEP_BEGIN: x_step_begin(s, c); break;
+    case CMD_TAP: x_tap(s, c); break;
+    case CMD_STEP_END: x_step_end(s, c); break;
+    case CMD_ATTR: x_attr(s, c); break;
+    }
+    pthread_mutex_unlock(&h5_mu);
+}
+
+static void *writer_main(void *arg) {
+    td_tap_sink *s = arg;
+    pthread_mutex_lock(&s->mu);
+    for (;;) {
+        while (!s->head && !s->quit) pthread_cond_wait(&s->cv_work, &s->mu);
+        cmd *c = s->head;
+        if (!c) break; // quit with an empty queue
+        s->head = c->next;
+        if (!s->head) s->tail = NULL;
+        s->busy = 1;
+        pthread_mutex_unlock(&s->mu);
+        execute(s, c);
+        pthread_mutex_lock(&s->mu);
+        s->busy = 0;
+        s->queued -= c->bytes;
+        if (c->kind == CMD_STEP_END && atomic_load(&s->w_status) == TD_OK) s->committed++;
+        pthread_cond_broadcast(&s->cv_done);
+        pthread_mutex_unlock(&s->mu);
+        free(c);
+        pthread_mutex_lock(&s->mu);
+    }
+    pthread_mutex_unlock(&s->mu);
+    struct timespec ts;
+    if (clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) == 0) s->w_cpu = (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+    return NULL;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Runs c now (no thread; c is the caller's) or queues it (c is then a
+// td_xmalloc'd block the writer frees), blocking while the queue is full.
+static void submit(td_tap_sink *s, cmd *c) {
+    if (!s->threaded) {
+        execute(s, c);
+        if (c->kind == CMD_STEP_END && atomic_load(&s->w_status) == TD_OK) s->committed++;
+        return;
+    }
+    c->next = NULL;
+    pthread_mutex_lock(&s->mu);
+    if (s->queued > 0 && s->queued + c->bytes > s->queue_cap) {
+        const double t0 = now_s();
+        while (s->queued > 0 && s->queued + c->bytes > s->queue_cap && atomic_load(&s->w_status) == TD_OK)
+            pthread_cond_wait(&s->cv_done, &s->mu);
+        s->waited += now_s() - t0;
+    }
+    if (atomic_load(&s->w_status) != TD_OK) { // dropped: nothing after an error
+        pthread_mutex_unlock(&s->mu);
+        free(c);
+        return;
+    }
+    if (s->tail) s->tail->next = c;
+    else s->head = c;
+    s->tail = c;
+    s->queued += c->bytes;
+    if (s->queued > s->queue_peak) s->queue_peak = s->queued;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// A command for submit: on the stack without the thread, else on the heap
+// with room for extra payload bytes.
+static cmd *cmd_new(td_tap_sink *s, cmd *local, int kind, size_t extra) {
+    cmd *c = local;
+    if (s->threaded) c = td_xmalloc(sizeof *c + extra);
+    memset(c, 0, sizeof *c);
+    c->kind = kind;
+    c->bytes = sizeof *c + extra;
+    return c;
+}
+
+// Waits until the writer has run every queued command.
+static void drain(td_tap_sink *s) {
+    if (!s->threaded) return;
+    pthread_mutex_lock(&s->mu);
+    while (s->head || s->busy) pthread_cond_wait(&s->cv_done, &s->mu);
+    pthread_mutex_unlock(&s->mu);
+}
+
+// Waits until n steps are committed (or the writer failed).
+static void wait_committed(td_tap_sink *s, int64_t n) {
+    if (!s->threaded) return;
+    pthread_mutex_lock(&s->mu);
+    if (s->committed < n) {
+        const double t0 = now_s();
+        while (s->committed < n && atomic_load(&s->w_status) == TD_OK) pthread_cond_wait(&s->cv_done, &s->mu);
+        s->waited += now_s() - t0;
+    }
+    pthread_mutex_unlock(&s->mu);
+}
+
+#ifdef TD_TAP_FORK_CHECK
+static void fork_check(void) {
+    if (atomic_load(&live_writers) > 0) {
+        static const char m[] = "tapdiff: internal error: fork() while a tap writer thread lives "
+                                "(close the tap sink before reading tap files)\n";
+        if (write(2, m, sizeof m - 1) < 0) { /* aborting anyway */
+        }
+        abort();
+    }
+}
+static pthread_once_t fork_check_once = PTHREAD_ONCE_INIT;
+static void fork_check_install(void) {
+    pthread_atfork(fork_check, NULL, NULL);
+}
+#endif
+
+// Starts the thread unless TAPDIFF_TAP_THREAD=0 or the caller has an HDF5
+// file of its own open (it would call HDF5 beside the thread). Not starting
+// it is never an error: the commands then run inline.
+static void writer_start(td_tap_sink *s, int others_open) {
+    const char *env = getenv("TAPDIFF_TAP_THREAD");
+    s->queue_cap = QUEUE_CAP_DEFAULT;
+    const char *cap = getenv("TD_TAPS_QUEUE_BYTES"); // test hook: a small queue
+    if (cap && *cap) s->queue_cap = (size_t)strtoull(cap, NULL, 10);
+    if ((env && !strcmp(env, "0")) || others_open) return;
+    if (pthread_mutex_init(&s->mu, NULL)) return;
+    if (pthread_cond_init(&s->cv_work, NULL)) goto no_work;
+    if (pthread_cond_init(&s->cv_done, NULL)) goto no_done;
+#ifdef TD_TAP_FORK_CHECK
+    pthread_once(&fork_check_once, fork_check_install);
+#endif
+    // Signals stay with the engine's threads.
+    sigset_t all, old;
+    sigfillset(&all);
+    pthread_sigmask(SIG_SETMASK, &all, &old);
+    int rc = pthread_create(&s->thread, NULL, writer_main, s);
+    pthread_sigmask(SIG_SETMASK, &old, NULL);
+    if (rc == 0) {
+        s->threaded = 1;
+        atomic_fetch_add(&live_writers, 1);
+        return;
+    }
+    pthread_cond_destroy(&s->cv_done);
+no_done:
+    pthread_cond_destroy(&s->cv_work);
+no_work:
+    pthread_mutex_destroy(&s->mu);
+}
+
+// Runs what is queued, ends the thread; HDF5 is the caller's again.
+static void writer_stop(td_tap_sink *s) {
+    if (!s->threaded) return;
+    const double t0 = now_s();
+    pthread_mutex_lock(&s->mu);
+    s->quit = 1;
+    pthread_cond_signal(&s->cv_work);
+    pthread_mutex_unlock(&s->mu);
+    pthread_join(s->thread, NULL);
+    s->waited += now_s() - t0;
+    // TD_TAPS_STATS (bench/tap_cost.sh): where the writer's time went, which
+    // CPU time alone cannot tell on a machine without a free core.
+    const char *st = getenv("TD_TAPS_STATS");
+    if (st && *st && strcmp(st, "0"))
+        fprintf(stderr, "tap writer: thread cpu %.3f s, engine waited %.3f s, queue peak %zu bytes\n", s->w_cpu,
+                s->waited, s->queue_peak);
+    pthread_cond_destroy(&s->cv_done);
+    pthread_cond_destroy(&s->cv_work);
+    pthread_mutex_destroy(&s->mu);
+    s->threaded = 0;
+    atomic_fetch_sub(&live_writers, 1);
+}
+
+size_t td_taps_queue_peak(const td_tap_sink *s) {
+    return s ? s->queue_peak : 0;
+}
+
+int td_taps_threaded(const td_tap_sink *s) {
+    return s ? s->threaded : 0;
+}
+
+/* ------------------------------------------------------------ tap names */
+
+static uint64_t name_hash(const char *p) {
+    uint64_t h = 1469598103934665603u; // FNV-1a
+    for (; *p; p++) h = (h ^ (unsigned char)*p) * 1099511628211u;
+    return h;
+}
+
+static void names_clear(td_tap_sink *s) {
+    for (size_t i = 0; i < s->names_cap; i++) {
+        free(s->names[i]);
+        s->names[i] = NULL;
+    }
+    s->names_n = 0;
+}
+
+// 1 when full was already emitted in the open step, else records it.
+static int names_seen(td_tap_sink *s, const char *full) {
+    if (2 * (s->names_n + 1) > s->names_cap) {
+        size_t cap = s->names_cap ? 2 * s->names_cap : 256;
+        char **t = td_xcalloc(cap, sizeof *t);
+        for (size_t i = 0; i < s->names_cap; i++) {
+            if (!s->names[i]) continue;
+            size_t j = name_hash(s->names[i]) & (cap - 1);
+            while (t[j]) j = (j + 1) & (cap - 1);
+            t[j] = s->names[i];
+        }
+        free(s->names);
+        s->names = t;
+        s->names_cap = cap;
+    }
+    size_t j = name_hash(full) & (s->names_cap - 1);
+    for (; s->names[j]; j = (j + 1) & (s->names_cap - 1))
+        if (!strcmp(s->names[j], full)) return 1;
+    s->names[j] = td_xstrdup(full);
+    s->names_n++;
+    return 0;
+}
+
+/* ---------------------------------------------------------------- attrs */
+
 static int root_attr(td_tap_sink *s, const char *key, hid_t ftype, hid_t mtype, const void *buf) {
-    if (s->status) return s->status;
+    if (poll_writer(s)) return s->status;
     if (!key || !*key) return fail(s, TD_EINPUT, "tap file %s: a root attribute needs a non-empty name", s->path);
     if (is_reserved_key(key))
         return fail(s, TD_EINPUT, "tap file %s: root attribute '%s' is written by the tap sink itself", s->path,
                     key);
-    if (attr_put(s->file, key, ftype, mtype, 0, buf) < 0)
-        return fail(s, TD_EOUTPUT, "tap file %s: cannot write root attribute '%s' (%s)", s->path, key,
-                    td_taps_h5_last());
-    return TD_OK;
+    const int is_str = ftype == s->str_type;
+    const size_t kl = strlen(key) + 1, vl = is_str ? strlen(*(const char *const *)buf) + 1 : 0;
+    cmd local, *c = cmd_new(s, &local, CMD_ATTR, kl + vl);
+    c->ftype = ftype;
+    c->mtype = mtype;
+    if (s->threaded) {
+        c->key = memcpy(c->payload, key, kl);
+        if (is_str) c->v.str = memcpy(c->payload + kl, *(const char *const *)buf, vl);
+    } else {
+        c->key = (char *)key;
+        if (is_str) c->v.str = *(const char *const *)buf;
+    }
+    if (!is_str) memcpy(&c->v, buf, mtype == H5T_NATIVE_DOUBLE ? sizeof(double) : sizeof(int64_t));
+    submit(s, c);
+    // Root attributes are few: returned in full, as without the thread.
+    drain(s);
+    return poll_writer(s);
 }
 
 int td_tap_sink_attr_str(td_tap_sink *s, const char *key, const char *value) {
@@ -483,10 +977,10 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
 
 int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n_tokens, td_err *err) {
     if (!s) return TD_OK;
-    if (s->status) return report(s, err);
+    if (poll_writer(s)) return report(s, err);
     char name[32];
     step_name(name, s->step_index);
-    if (s->step >= 0)
+    if (s->step_open)
         fail(s, TD_EINPUT, "tap file %s: step_begin while step %s is still open (missing td_tap_step_end)",
              s->path, name);
     else if (kind != TD_STEP_PREFILL && kind != TD_STEP_DECODE)
@@ -498,30 +992,27 @@ int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n
              name, pos0, n_tokens);
     if (s->status) return report(s, err);
 
-    hid_t g;
-    if (!H5OK(g = H5Gcreate2(s->steps, name, H5P_DEFAULT, s->gcpl, H5P_DEFAULT))) goto h5fail;
-    if (attr_put_str(s->str_type, g, "kind", kind == TD_STEP_PREFILL ? "prefill" : "decode") < 0 ||
-        attr_put_i64(g, "pos0", pos0) < 0 || attr_put_i64(g, "n_tokens", n_tokens) < 0 ||
-        attr_put_i64(g, "n_taps", 0) < 0 || attr_put_i32(g, "complete", 0) < 0) {
-        H5Gclose(g);
-        goto h5fail;
-    }
-    s->step = g;
+    cmd local, *c = cmd_new(s, &local, CMD_STEP_BEGIN, 0);
+    c->step_index = s->step_index;
+    c->skind = kind;
+    c->pos0 = pos0;
+    c->n_tokens = n_tokens;
+    submit(s, c);
+    if (poll_writer(s)) return report(s, err);
+    s->step_open = 1;
+    names_clear(s);
     s->step_taps = 0;
     s->next_pos = pos0 + n_tokens;
     s->hist_due = s->hist_emitted = 0;
     return TD_OK;
-h5fail:
-    fail(s, TD_EOUTPUT, "tap file %s: cannot create step /steps/%s (%s)", s->path, name, td_taps_h5_last());
-    return report(s, err);
 }
 
 int td_tap_step_end(td_tap_sink *s, td_err *err) {
     if (!s) return TD_OK;
-    if (s->status) return report(s, err);
+    if (poll_writer(s)) return report(s, err);
     char name[32];
     step_name(name, s->step_index);
-    if (s->step < 0) {
+    if (!s->step_open) {
         fail(s, TD_EINPUT, "tap file %s: step_end without step_begin (the next step would be %s)", s->path, name);
         return report(s, err);
     }
@@ -530,60 +1021,19 @@ int td_tap_step_end(td_tap_sink *s, td_err *err) {
         emit(s, -1, "hist.tokens", TD_DT_I64, s->hist.ids, NULL, 1, &w);
         if (s->status) return report(s, err);
     }
-    int32_t one = 1;
-    herr_t rc = attr_set(s->step, "n_taps", H5T_NATIVE_INT64, &s->step_taps);
-    if (rc >= 0) rc = attr_set(s->step, "complete", H5T_NATIVE_INT32, &one);
-    if (!H5OK(H5Gclose(s->step))) rc = -1;
-    s->step = H5I_INVALID_HID;
-    if (rc < 0) {
-        fail(s, TD_EOUTPUT, "tap file %s: cannot finish step /steps/%s (%s)", s->path, name, td_taps_h5_last());
-        return report(s, err);
-    }
-    // A commit that ran out of space half-way would leave the committed
-    // steps' shared structures half-written: room for everything the close
-    // can write is reserved first (the step's metadata lies below the
-    // allocation end; what the close allocates stays far below the slack).
-    if (reserve_space(s) != 0) {
-        fail(s, TD_EOUTPUT, "tap file %s: cannot commit step %s: %s", s->path, name, strerror(errno));
-        return report(s, err);
-    }
-    // The commit (see the top of this file): the close writes every cached
-    // entry and truncates the file to its allocation; the reopen starts with
-    // an empty cache and no memory of freed space.
-    if (file_close(s) < 0) {
-        fail(s, TD_EOUTPUT, "tap file %s: cannot commit step %s (%s)", s->path, name, td_taps_h5_last());
-        return report(s, err);
-    }
-    if (!H5OK(s->file = H5Fopen(s->path, H5F_ACC_RDWR, s->fapl)) ||
-        !H5OK(s->steps = H5Gopen2(s->file, "steps", H5P_DEFAULT))) {
-        fail(s, TD_EOUTPUT, "tap file %s: cannot reopen it after step %s (%s)", s->path, name,
-             td_taps_h5_last());
-        return report(s, err);
-    }
+    cmd local, *c = cmd_new(s, &local, CMD_STEP_END, 0);
+    c->step_index = s->step_index;
+    c->n_taps = s->step_taps;
+    submit(s, c);
+    s->step_open = 0;
     s->step_index++;
-    return TD_OK;
+    // The previous step is durable when this returns (this one by the next
+    // step_end or the close): a kill loses at most one ended step.
+    wait_committed(s, s->step_index - 1);
+    return report(s, err);
 }
 
 /* ------------------------------------------------------------------ taps */
-
-// Chunks of about CHUNK_TARGET_BYTES in row-major order: walking from the
-// outermost dimension, 1 index of each dimension whose single slice is
-// already over the target, then as many indices as fit, then all of the
-// remaining (inner) dimensions. dims are all > 0.
-static void chunk_dims(int ndim, const hsize_t *dims, size_t esize, hsize_t *chunk) {
-    for (int d = 0; d < ndim; d++) {
-        uint64_t inner = esize;
-        for (int e = d + 1; e < ndim; e++) inner *= dims[e];
-        if (inner >= CHUNK_TARGET_BYTES && d + 1 < ndim) {
-            chunk[d] = 1;
-            continue;
-        }
-        hsize_t n = (hsize_t)(CHUNK_TARGET_BYTES / inner);
-        chunk[d] = n < 1 ? 1 : n > dims[d] ? dims[d] : n;
-        for (int e = d + 1; e < ndim; e++) chunk[e] = dims[e];
-        return;
-    }
-}
 
 // The layer a name without an explicit layer carries ("blk.7.x" -> 7), else -1.
 static int32_t layer_of(const char *full) {
@@ -594,9 +1044,9 @@ static int32_t layer_of(const char *full) {
     return (*p == '.' && v <= INT32_MAX) ? (int32_t)v : -1;
 }
 
-// Checks the call, then writes the dataset; any failure becomes the sticky
-// error. pre != NULL: a fingerprint computed by the caller (on its device),
-// data is then NULL and nothing but the fingerprint is stored.
+// Checks the call, then has the dataset written; any failure becomes the
+// sticky error. pre != NULL: a fingerprint computed by the caller (on its
+// device), data is then NULL and nothing but the fingerprint is stored.
 static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data,
                  const td_fingerprint *pre, int ndim, const int64_t *shape) {
     char step[32], full[TD_TAP_NAME_MAX];
@@ -612,7 +1062,7 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
              full, TD_TAP_NAME_MAX - 1);
         return;
     }
-    if (s->step < 0) {
+    if (!s->step_open) {
         fail(s, TD_EINPUT, "tap file %s: tap '%s' emitted outside a step (no td_tap_step_begin)", s->path, full);
         return;
     }
@@ -631,7 +1081,6 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
              full, TD_TAP_MAX_DIMS, ndim, shape ? "" : " and a NULL shape");
         return;
     }
-    hsize_t dims[TD_TAP_MAX_DIMS];
     uint64_t count = 1;
     for (int d = 0; d < ndim; d++) {
         if (shape[d] < 0 || (shape[d] > 0 && count > ((uint64_t)PTRDIFF_MAX / 8) / (uint64_t)shape[d])) {
@@ -640,7 +1089,6 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
                  s->path, step, full, d, shape[d]);
             return;
         }
-        dims[d] = (hsize_t)shape[d];
         count *= (uint64_t)shape[d];
     }
     if (pre && pre->count != count) {
@@ -654,57 +1102,32 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
              count);
         return;
     }
-    htri_t dup;
-    if (!H5OK(dup = H5Lexists(s->step, full, H5P_DEFAULT))) {
-        fail(s, TD_EOUTPUT, "tap file %s: step %s: cannot look up tap '%s' (%s)", s->path, step, full,
-             td_taps_h5_last());
-        return;
-    }
-    if (dup > 0) {
+    if (names_seen(s, full)) {
         fail(s, TD_EINPUT, "tap file %s: step %s: tap '%s' emitted twice in one step", s->path, step, full);
         return;
     }
 
-    td_fingerprint fp;
+    const int has_data = !pre && s->mode == TD_TAP_FULL && filter_match(s, full);
+    const size_t nbytes = has_data ? (size_t)count * esize : 0;
+    cmd local, *c = cmd_new(s, &local, CMD_TAP, nbytes);
     if (pre)
-        fp = *pre;
+        c->fp = *pre;
     else
-        td_fingerprint_compute(&fp, dtype, data, count);
-    int has_data = !pre && s->mode == TD_TAP_FULL && filter_match(s, full);
-    int32_t layer_attr = layer >= 0 ? (int32_t)layer : layer_of(full);
-
-    int ok = 0;
-    // A fingerprint-only tap (most taps of most runs) creates no dataspace
-    // or property list of its own.
-    hid_t space = s->null_space, dcpl = s->dcpl, dset;
-    if (has_data && !H5OK(space = H5Screate_simple(ndim, dims, NULL))) goto out;
-    if (has_data && count * esize > CONTIG_MAX_BYTES && s->compress > 0) {
-        hsize_t chunk[TD_TAP_MAX_DIMS];
-        if (!H5OK(dcpl = H5Pcopy(s->dcpl))) goto close_space;
-        chunk_dims(ndim, dims, esize, chunk);
-        // Order matters: shuffle groups the bytes that deflate then compresses.
-        if (!H5OK(H5Pset_chunk(dcpl, ndim, chunk)) || !H5OK(H5Pset_shuffle(dcpl)) ||
-            !H5OK(H5Pset_deflate(dcpl, (unsigned)s->compress)))
-            goto close_dcpl;
-    }
-    if (!H5OK(dset = H5Dcreate2(s->step, full, file_type(dtype), space, H5P_DEFAULT, dcpl, H5P_DEFAULT)))
-        goto close_dcpl;
-    if (has_data && count > 0 && !H5OK(H5Dwrite(dset, mem_type(dtype), H5S_ALL, H5S_ALL, H5P_DEFAULT, data)))
-        goto close_dset;
-    if (tap_attrs(s->str_type, s->scalar, dset, s->seq, layer_attr, dtype, ndim, shape, has_data, &fp) < 0) goto close_dset;
-    ok = 1;
-close_dset:
-    if (!H5OK(H5Dclose(dset))) ok = 0;
-close_dcpl:
-    if (dcpl != s->dcpl && !H5OK(H5Pclose(dcpl))) ok = 0;
-close_space:
-    if (space != s->null_space && !H5OK(H5Sclose(space))) ok = 0;
-out:
-    if (!ok) {
-        fail(s, TD_EOUTPUT, "tap file %s: step %s: cannot write tap '%s' (%s)", s->path, step, full,
-             td_taps_h5_last());
-        return;
-    }
+        td_fingerprint_compute(&c->fp, dtype, data, count);
+    c->step_index = s->step_index;
+    memcpy(c->full, full, (size_t)len + 1);
+    c->dtype = dtype;
+    c->ndim = ndim;
+    memcpy(c->shape, shape, (size_t)ndim * sizeof *shape);
+    c->has_data = has_data;
+    c->layer = layer >= 0 ? (int32_t)layer : layer_of(full);
+    c->seq = s->seq;
+    c->count = count;
+    // Queued, the values are the sink's copy: the engine may reuse its buffer
+    // as soon as this returns.
+    c->data = s->threaded && nbytes ? memcpy(c->payload, data, nbytes) : data;
+    submit(s, c);
+    if (poll_writer(s)) return;
     s->seq++;
     s->step_taps++;
     if (!strcmp(full, "hist.tokens")) s->hist_emitted = 1;
@@ -712,13 +1135,13 @@ out:
 
 void td_tap_emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const void *data, int ndim,
                  const int64_t *shape) {
-    if (!s || s->status) return;
+    if (!s || poll_writer(s)) return;
     emit(s, layer, name, dtype, data, NULL, ndim, shape);
 }
 
 void td_tap_emit_fingerprint(td_tap_sink *s, int layer, const char *name, td_dtype dtype, const td_fingerprint *fp,
                              int ndim, const int64_t *shape) {
-    if (!s || s->status) return;
+    if (!s || poll_writer(s)) return;
     if (!fp) {
         fail(s, TD_EINPUT, "tap file %s: tap '%s': td_tap_emit_fingerprint without a fingerprint", s->path,
              name ? name : "(null)");
@@ -728,7 +1151,8 @@ void td_tap_emit_fingerprint(td_tap_sink *s, int layer, const char *name, td_dty
 }
 
 td_tap_want_level td_tap_want(const td_tap_sink *s, int layer, const char *name) {
-    if (!s || s->status || s->step < 0 || !name) return TD_TAP_WANT_NONE;
+    if (!s || s->status || atomic_load_explicit(&s->w_status, memory_order_acquire) || !s->step_open || !name)
+        return TD_TAP_WANT_NONE;
     if (s->mode != TD_TAP_FULL) return TD_TAP_WANT_FINGERPRINT;
     if (s->n_patterns == 0) return TD_TAP_WANT_FULL;
     char full[TD_TAP_NAME_MAX];
@@ -741,6 +1165,9 @@ td_tap_want_level td_tap_want(const td_tap_sink *s, int layer, const char *name)
 
 int td_tap_sink_close(td_tap_sink *s, td_err *err) {
     if (!s) return TD_OK;
+    writer_stop(s); // runs what is queued: what an engine emitted before close is written
+    poll_writer(s);
+    pthread_mutex_lock(&h5_mu);
     // A step still open keeps complete = 0: readers skip it.
     if (s->step >= 0 && !H5OK(H5Gclose(s->step)))
         fail(s, TD_EOUTPUT, "tap file %s: cannot close the open step (%s)", s->path, td_taps_h5_last());
@@ -749,8 +1176,10 @@ int td_tap_sink_close(td_tap_sink *s, td_err *err) {
         fail(s, TD_EOUTPUT, "tap file %s: cannot close it (%s)", s->path, td_taps_h5_last());
     int st = report(s, err);
     sink_free(s);
+    pthread_mutex_unlock(&h5_mu);
     return st;
 }
+
 
 /* ------------------------------------------------------ engine helpers */
 

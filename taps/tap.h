@@ -8,7 +8,7 @@
  *   td_tap_sink_attr_str(s, "backend", "myengine");
  *   td_tap_step_begin(s, TD_STEP_PREFILL, pos0, n_tokens, &err);
  *   TD_TAP(s, 0, "attn_norm", TD_DT_F32, x, 2, shape);   // -> blk.0.attn_norm
- *   td_tap_step_end(s, &err);               // the step is durable on disk
+ *   td_tap_step_end(s, &err);               // the step before it is durable on disk
  *   td_tap_sink_close(s, &err);
  *
  * When taps are off (sink == NULL) each TD_TAP site costs one predictable
@@ -105,7 +105,14 @@ TD_TAP_API td_tap_options td_tap_options_default(void);
 /* Creates (truncates) the file; opt NULL = defaults. Returns 0 or a non-zero
  * status (3 bad input, 99 I/O) with a message in err.
  * Every function below accepts sink == NULL (taps off) and then does nothing
- * and returns 0. A sink is used from one thread (serial HDF5). */
+ * and returns 0. A sink is used from one thread (the engine's). By default
+ * the sink runs a writer thread of its own that does all of its HDF5 work
+ * beside the engine (the engine's thread checks each call, fingerprints and
+ * copies the values to keep, at most 64 MiB queued); TAPDIFF_TAP_THREAD=0 in
+ * the environment at open writes on the engine's thread instead (the same
+ * file). HDF5 is not thread-safe: an engine that calls HDF5 itself either
+ * has an HDF5 file open when it opens the sink (then no thread is started)
+ * or sets TAPDIFF_TAP_THREAD=0. Do not fork() while a sink is open. */
 TD_TAP_API int td_tap_sink_open(td_tap_sink **out, const char *path, const td_tap_options *opt, td_err *err);
 /* Root attributes (provenance), scalar; a key set twice keeps the last value.
  * The keys written by the sink itself (format, format_version, created,
@@ -145,8 +152,12 @@ TD_TAP_API int td_tap_step_begin_tokens(td_tap_sink *s, const int32_t *tokens, c
 
 /* Steps are numbered from 0 in call order; pos0 >= 0, n_tokens >= 1. */
 TD_TAP_API int td_tap_step_begin(td_tap_sink *s, td_step_kind kind, int64_t pos0, int64_t n_tokens, td_err *err);
-/* Marks the step complete and commits the file: after it returns 0 the step
- * (and every earlier one) survives a SIGKILL of the process. */
+/* Marks the step complete and commits the file. After it returns 0 every
+ * earlier step survives a SIGKILL of the process; the step it ends does once
+ * the next step_end or the close returns (with TAPDIFF_TAP_THREAD=0: once
+ * this call returns). An error the writer thread met (a full disk) is
+ * returned by the next call after it, with the message it would have had
+ * without the thread. */
 TD_TAP_API int td_tap_step_end(td_tap_sink *s, td_err *err);
 
 /* Emits one tap of the current step. The data is read during the call only.

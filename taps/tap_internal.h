@@ -30,4 +30,9 @@ const char *td_taps_h5_last(void);
  * ours instead). Process-wide; idempotent. */
 void td_taps_h5_quiet(void);
 
+/* Tests of the writer thread (taps/tap.c): the most bytes its queue held,
+ * and whether the sink runs one. */
+size_t td_taps_queue_peak(const td_tap_sink *s);
+int td_taps_threaded(const td_tap_sink *s);
+
 #endif

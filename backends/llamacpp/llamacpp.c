@@ -1175,11 +1175,15 @@ static int env_flag(const char *name) {
  *   (act-q8_1); with flash attention K and V are cast to f16 on every
  *   backend (fa-f16), and lavapipe's flash-attention shader sums in f16 in
  *   an order its subgroup size fixes (fa-acc-f16@S). */
+/* ggml-cpu: 8-bit activations, and its rope cache forms the angle by
+ * repeated f32 multiplication (rope-f32-mul). */
+#define LC_CPU_PROFILE "act-q8+rope-f32-mul"
+
 static void declare_profile(lc_backend *s, const td_model *m) {
     char *p = s->profile;
     const size_t n = sizeof s->profile;
     if (s->kind == LC_CPU) {
-        snprintf(p, n, "%s", TD_PROFILE_ACT_Q8);
+        snprintf(p, n, "%s", LC_CPU_PROFILE);
     } else {
         const lc_gpu *g = &g_gpu[s->kind];
         // fp16 devices load the tiled matmul (steps of more than 8 tokens;
@@ -1189,6 +1193,8 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // cooperative matrices or integer dot products (its f16acc shaders)
         if (s->kind == LC_VULKAN && g->fp16 && !g->coopmat && !g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+acc-f16");
         if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
+        // not rope-f32-pow: ggml-vulkan's angle is that form, but the device's
+        // pow/sin/cos add more than the form removes (README "The rotary angle")
     }
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
@@ -1216,10 +1222,12 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                           p->inject);
     if ((rc = td_fwd_check_layers(arm, td_llamacpp_backend.layer_kinds, m, err))) return rc;
     // the CPU arm computes one way: asking for it by its profile's name is fine
+    // (act-q8 alone, its name before the rope rule, still names it)
     if (kind == LC_CPU && p && p->profile && p->profile[0] && strcmp(p->profile, "native") &&
-        strcmp(p->profile, "act-q8"))
+        strcmp(p->profile, "act-q8") && strcmp(p->profile, LC_CPU_PROFILE))
         return td_err_set(err, TD_EINPUT,
-                          "llamacpp: arithmetic profile '%s' is not llama.cpp's (it computes act-q8; native means the same)",
+                          "llamacpp: arithmetic profile '%s' is not llama.cpp's (it computes " LC_CPU_PROFILE
+                          "; native means the same)",
                           p->profile);
     const char *path = m->gguf ? m->gguf->path : NULL;
     if (!path) return td_err_set(err, TD_EINPUT, "%s: the model has no file path to give llama.cpp", arm);
@@ -1232,7 +1240,8 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     s->flash_attn = kind != LC_CPU && env_flag("TD_LLAMACPP_FLASH_ATTN");
     declare_profile(s, m);
     // llama.cpp computes one way: asking for it by its profile's name is fine
-    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, s->profile)) {
+    if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, s->profile) &&
+        !(kind == LC_CPU && !strcmp(p->profile, "act-q8"))) {
         const char *want = p->profile;
         char decl[sizeof s->profile];
         memcpy(decl, s->profile, sizeof decl);
@@ -1568,7 +1577,7 @@ const td_backend_vt td_llamacpp_backend = {
     .close = lc_close,
     .version = lc_version,
     // the CPU matmul rounds activations to Q8_0 / Q8_K blocks (quants.md §8)
-    .profile = "act-q8",
+    .profile = LC_CPU_PROFILE,
     .profile_of = lc_profile_of,
     .probe = lc_probe,
     // GDN: qwen3next's rules below; HC_*: qwen4exp runs (llama.cpp's own graph) with its logits mapped only

@@ -474,8 +474,9 @@ Test(compare, planted_perturbation_is_localized) {
     cr_assert_eq(t->kind, TD_STEP_DECODE);
     cr_assert_eq(t->fail, TD_CMPF_BUDGET);
     // every tap of this synthetic model has < TD_CMP_SMALL_TAP values, so its budget takes the
-    // control's growth (at most TD_CMP_SMALL_GROWTH) into account: r 7.4 (was > 10 without it)
-    cr_assert(t->ratio > 5, "r = %g", t->ratio);
+    // control's growth (at most TD_CMP_SMALL_GROWTH) into account, learnt at every step from the
+    // prefill on: r 4.7 (7.4 when only decode steps taught it, > 10 without it)
+    cr_assert(t->ratio > 3, "r = %g", t->ratio);
     // its input per the producer map is ffn_norm, which is clean: growth is huge
     cr_assert_str_eq(t->input, "blk.1.ffn_norm");
     cr_assert(t->growth > 100, "growth %g", t->growth);
@@ -1264,5 +1265,32 @@ Test(compare, attention_carries_the_cached_rows_control_error) {
         cr_expect_str_eq(f->name, "blk.0.attn_ctx");
         cr_expect_eq(f->step, 1);
     }
+    td_cmp_result_free(r);
+}
+
+/* A router softmax at the first decode step after a long prefill is a tap of
+ * a few values: its budget takes the growth the control showed there, learnt
+ * over the prefill's rows too (qwen3next-f32, 40 tokens: the cpu arm's
+ * blk.0.moe_probs grew the router logits' error 5x at step 1 where the
+ * control's one row shrank it; r 1.07 while only decode steps taught the
+ * growth, 0.68 with the prefill's 1.37). The fault catalog's router faults
+ * (test_faults) keep that tap's detection. */
+Test(compare, small_tap_growth_is_learnt_from_the_prefill_rows, .timeout = 120) {
+    need_reference();
+    char path[400], toks[160] = "1", out[16384];
+    td_err e;
+    cr_assert_eq(td_fixture_write("qwen3next-f32", dir, path, sizeof path, &e), TD_OK, "%s", e.msg);
+    for (int i = 2; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), ",%d", i);
+    const char *args[] = {"bisect", "--model", path,    "--a",     "ref",     "--b",       "cpu", "--tokens", toks,
+                          "--steps", "1",     "--threads", "1", "--out-dir", P("bis"), "--quiet", NULL};
+    const int rc = tg_run(out, sizeof out, args);
+    cr_assert_eq(rc, 0, "cpu vs ref on qwen3next-f32, 40 tokens + 1 step: exit %d\n%s", rc, out);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("bis/control-ref32.h5");
+    td_cmp_result *r = cmp(P("bis/A-ref.h5"), P("bis/B-cpu.h5"), &o);
+    const td_cmp_tap *t = find(r, 1, "blk.0.moe_probs");
+    cr_assert(t->count < TD_CMP_SMALL_TAP && t->ratio > 0.3 && t->ratio < 1,
+              "blk.0.moe_probs step 1: %llu values, r %.3g (the case this test is about)",
+              (unsigned long long)t->count, t->ratio);
     td_cmp_result_free(r);
 }

@@ -142,19 +142,19 @@ static const thr_case k_cases[] = {
     {"cpu", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 3e-6, 1},
     {"cpu", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-4, 1},
     {"cpu", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-5, 1},
-    {"llamacpp", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 1e-4, 1},
-    {"llamacpp", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 1e-5, 1},
-    {"llamacpp", "act-q8", "llama-q8_0", "blk.1.ffn_up", 2, 3e-6, 1},
-    {"llamacpp", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-4, 1},
-    {"llamacpp", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-5, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "llama-q8_0", "blk.1.ffn_up", 2, 1e-4, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "llama-q8_0", "blk.1.ffn_up", 2, 1e-5, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "llama-q8_0", "blk.1.ffn_up", 2, 3e-6, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-4, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3moe-q4_k", "blk.1.attn_out", 1, 1e-5, 1},
     // the goal (1e-5) holds with r ~10 at the f32 floor, so 3e-6 is caught on every row
     {"cpu", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 3e-6, 1},
-    {"llamacpp", "act-q8", "qwen3moe-q4_k", "blk.1.attn_out", 1, 3e-6, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3moe-q4_k", "blk.1.attn_out", 1, 3e-6, 1},
     // the hybrid: a Gated DeltaNet layer's output projection (block 1 of 3 GDN + 1 attention)
     {"cpu", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 1e-5, 1},
     {"cpu", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 3e-6, 1},
-    {"llamacpp", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 1e-5, 1},
-    {"llamacpp", "act-q8", "qwen3next-q8_0", "blk.1.ssm_out", 1, 3e-6, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3next-q8_0", "blk.1.ssm_out", 1, 1e-5, 1},
+    {"llamacpp", "act-q8+rope-f32-mul", "qwen3next-q8_0", "blk.1.ssm_out", 1, 3e-6, 1},
 };
 #define N_CASES (sizeof k_cases / sizeof k_cases[0])
 
@@ -273,14 +273,14 @@ static int bisect_ref_llamacpp(const char *model, int control, char *pa, char *p
     snprintf(out, sizeof out, "%s/bisect", dir);
     snprintf(pa, n, "%s/A-ref.h5", out);
     snprintf(pb, n, "%s/B-llamacpp.h5", out);
-    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8",
+    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8+rope-f32-mul",
                           "--b", "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--out-dir", out,
                           control ? NULL : "--control-arm", "none", NULL};
     return td_test_tapdiff_run(dir, so, se, args);
 }
 
 /* The same tie through the two-arm bisect: A = ref under B's profile
- * (--a-profile act-q8), B = llamacpp, control ref32 under act-q8. Divergent
+ * (--a-profile act-q8+rope-f32-mul), B = llamacpp, control ref32 under it. Divergent
  * at blk.1.moe_logits without the search; with it the oracle takes
  * llama.cpp's side, the verdict is conformant and A's tap file records the
  * tie it took (root attribute ties_taken, with the weight each copy fed). */
@@ -298,7 +298,7 @@ Test(thresholds, two_arm_bisect_takes_the_arms_side_of_a_tie_and_records_it) {
     char *taken = NULL, *prof = NULL;
     cr_assert_eq(td_tapfile_attr_str(f, "ties_taken", &taken, &e), TD_OK, "%s", e.msg);
     cr_assert_eq(td_tapfile_attr_str(f, "profile", &prof, &e), TD_OK, "%s", e.msg);
-    cr_expect_str_eq(prof, "act-q8");
+    cr_expect_str_eq(prof, "act-q8+rope-f32-mul");
     cr_expect(strstr(taken, "0:15:13:-40.5000090") && strstr(taken, ":blk.1.ffn_gate_inp.weight"),
               "ties_taken: %s", taken);
     (void)pb;
@@ -478,7 +478,7 @@ ParameterizedTest(int *ix, thresholds, no_false_alarm_on_any_fixture_prompt_or_t
     const int full = getenv("TD_THRESH_FULL") && atoi(getenv("TD_THRESH_FULL")) > 0;
     static const int64_t lens[3] = {1, 8, 40};
     static const char *const arms[2] = {"cpu", "llamacpp"};
-    static const char *const profiles[2] = {"native", "act-q8"}; // what each arm declares
+    static const char *const profiles[2] = {"native", "act-q8+rope-f32-mul"}; // what each arm declares
     int32_t prompt[40];
     for (int i = 0; i < 40; i++) prompt[i] = (int32_t)(1 + (i * 37) % 250); // below every fixture's V (and 512)
     int n_cmp = 0;

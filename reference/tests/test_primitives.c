@@ -820,3 +820,49 @@ Test(qwen4exp, qsa_selection_tail_blocks_partial_and_ties) {
     const double q[4] = {1, 2, -3, -1}, kb[2] = {1, 1};
     assert_close(td_ref_qsa_block_score_f64(q, kb, 2, 2), 3.0, 0); // max(0, 3) + max(0, -4)
 }
+
+/* rope-f32-mul / rope-f32-pow: parsed, one at a time, in canonical order. */
+Test(act_q8, rope_angle_rules_parse) {
+    td_profile p;
+    char why[256], buf[128];
+    cr_assert_eq(td_profile_parse("rope-f32-mul+act-q8", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "act-q8+rope-f32-mul");
+    cr_assert_eq(td_profile_rope_angle(&p), TD_ROPE_ANGLE_F32_MUL);
+    cr_assert_eq(td_profile_parse("rope-f32-pow+acc-f16+mm-f16@8+attn-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "attn-f16+mm-f16@8+acc-f16+rope-f32-pow");
+    cr_assert_eq(td_profile_rope_angle(&p), TD_ROPE_ANGLE_F32_POW);
+    cr_assert_eq(td_profile_parse("act-q8", &p, why, sizeof why), 0);
+    cr_assert_eq(td_profile_rope_angle(&p), TD_ROPE_ANGLE_EXACT);
+    const char *bad[] = {"rope-f32-mul+rope-f32-pow", "rope-f32", "rope-f32-mul@2", "rope-f32-pow+rope-f32-pow"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(td_profile_parse(bad[i], &p, why, sizeof why), -1, "'%s' must be refused", bad[i]);
+        cr_assert(why[0], "'%s': no reason given", bad[i]);
+    }
+}
+
+/* Under the rule, ref (f64) rotates by the f32 angle written out here step by
+ * step (ggml-cpu: theta = pos, theta *= powf(base, -2/R) per pair; ggml-vulkan:
+ * pos * powf(theta_scale, i)), its sine and cosine in f64; without it, by the
+ * exact angle. At position 84 the f32 angles differ from the exact one by
+ * ~1e-6 rad, far above f64 rounding, so each case tells the forms apart. */
+Test(rope, angle_rules_rotate_by_the_f32_angle) {
+    for (int form = 0; form < 3; form++) {
+        td_ref_rope c = rope_cfg(TD_ROPE_NORM);
+        c.R = 8, c.D = 8, c.angle = form;
+        double x[8] = {1, 0, 1, 0, 1, 0, 1, 0};
+        const int64_t pos = 84;
+        td_ref_rope_f64(x, pos, &c, NULL, 1);
+        const float ts = powf(10000.0f, -2.0f / 8.0f);
+        float mul = (float)pos;
+        for (int i = 0; i < 4; i++) {
+            double th = (double)pos * pow(10000.0, -2.0 * i / 8.0);
+            if (form == TD_ROPE_ANGLE_F32_MUL) th = mul;
+            if (form == TD_ROPE_ANGLE_F32_POW) th = (float)pos * powf(ts, (float)i);
+            mul *= ts;
+            cr_expect_eq(x[2 * i], cos(th), "form %d pair %d: %.17g vs cos %.17g", form, i, x[2 * i], cos(th));
+            cr_expect_eq(x[2 * i + 1], sin(th), "form %d pair %d: %.17g vs sin %.17g", form, i, x[2 * i + 1], sin(th));
+        }
+    }
+}

@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "tap.h"
+#include "tap_internal.h"
 #include "tapfile.h"
 #include "td_common.h"
 #include "td_config.h"
@@ -169,6 +170,7 @@ static void sample_init(void) {
 }
 
 static int sample_compress = 4; /* the writer's default; 0: stored, as tapdiff run writes */
+static int sample_threaded = -1; /* 0/1: write_sample checks the sink runs (no) writer thread */
 
 static void write_sample(const char *path, td_tap_mode mode, const char *filter) {
     sample_init();
@@ -179,6 +181,7 @@ static void write_sample(const char *path, td_tap_mode mode, const char *filter)
     o.filter = filter;
     td_tap_sink *s = NULL;
     cr_assert_eq(td_tap_sink_open(&s, path, &o, &err), TD_OK, "%s", err.msg);
+    if (sample_threaded >= 0) cr_assert_eq(td_taps_threaded(s), sample_threaded, "writer thread for %s", path);
     cr_assert_eq(td_tap_sink_attr_str(s, "backend", "unit-test"), TD_OK);
     cr_assert_eq(td_tap_sink_attr_i64(s, "threads", 4), TD_OK);
     cr_assert_eq(td_tap_sink_attr_f64(s, "temperature", 0.5), TD_OK);
@@ -776,13 +779,14 @@ static float kill_value(int step, int i) {
 
 // The child: writes KILL_STEPS steps, tells the parent, then writes part of
 // one more and waits to be killed. Never returns into Criterion.
-static void kill_child(const char *path, int fd) {
+static void kill_child(const char *path, int fd, int threaded) {
     alarm(60); // never outlive a parent that failed
+    if (!threaded) setenv("TAPDIFF_TAP_THREAD", "0", 1);
     td_err err = {{0}};
     td_tap_sink *s = NULL;
     static float x[4 * NV];
     const int64_t shape[2] = {4, NV}, one[1] = {1};
-    if (td_tap_sink_open(&s, path, NULL, &err)) _exit(2);
+    if (td_tap_sink_open(&s, path, NULL, &err) || td_taps_threaded(s) != threaded) _exit(2);
     for (int step = 0; step <= KILL_STEPS; step++) {
         if (td_tap_step_begin(s, step ? TD_STEP_DECODE : TD_STEP_PREFILL, step, step ? 1 : 4, &err)) _exit(3);
         for (int i = 0; i < 4 * NV; i++) x[i] = kill_value(step, i);
@@ -804,15 +808,18 @@ static void kill_child(const char *path, int fd) {
     for (;;) pause();
 }
 
-Test(taps, sigkill_leaves_finished_steps) {
-    const char *path = tmp_path("killed.h5");
+/* The promise (tap.h, td_tap_step_end): without the writer thread every
+ * ended step survives; with it every step but the last one ended (whose
+ * commit may still be queued). Either way the file reads, and every step it
+ * lists is intact. */
+static void sigkill_run(const char *path, int threaded) {
     int fds[2];
     cr_assert_eq(pipe(fds), 0);
     pid_t pid = fork();
     cr_assert_geq(pid, 0);
     if (pid == 0) {
         close(fds[0]);
-        kill_child(path, fds[1]);
+        kill_child(path, fds[1], threaded);
         _exit(1);
     }
     close(fds[1]);
@@ -828,9 +835,14 @@ Test(taps, sigkill_leaves_finished_steps) {
     td_err err = {{0}};
     td_tapfile *f = NULL;
     cr_assert_eq(td_tapfile_open(&f, path, &err), TD_OK, "%s", err.msg);
-    cr_assert_eq(td_tapfile_n_steps(f), KILL_STEPS, "note: %s", td_tapfile_note(f));
+    const int64_t n_steps = td_tapfile_n_steps(f);
+    if (threaded)
+        cr_assert(n_steps == KILL_STEPS || n_steps == KILL_STEPS - 1, "%lld steps; note: %s", (long long)n_steps,
+                  td_tapfile_note(f));
+    else
+        cr_assert_eq(n_steps, KILL_STEPS, "note: %s", td_tapfile_note(f));
     static double v[4 * NV];
-    for (int step = 0; step < KILL_STEPS; step++) {
+    for (int step = 0; step < n_steps; step++) {
         td_tap_info *taps = NULL;
         int64_t n = 0;
         cr_assert_eq(td_tapfile_step_taps(f, step, &taps, &n, &err), TD_OK, "%s", err.msg);
@@ -845,6 +857,14 @@ Test(taps, sigkill_leaves_finished_steps) {
         cr_expect_eq(tok, 100 + step);
     }
     td_tapfile_close(f);
+}
+
+Test(taps, sigkill_leaves_finished_steps) {
+    sigkill_run(tmp_path("killed.h5"), 0);
+}
+
+Test(taps, sigkill_with_the_writer_thread_leaves_all_but_the_last_ended_step) {
+    sigkill_run(tmp_path("killed-thread.h5"), 1);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -1130,4 +1150,238 @@ Test(taps, engine_helpers_write_inputs_history_and_provenance) {
     cr_assert_eq(td_tapfile_tap(f, 5, "hist.tokens", &ti, &err), TD_OK, "%s", err.msg);
     cr_expect_eq(ti.shape[0], 2, "the engine's own hist.tokens is kept");
     td_tapfile_close(f);
+}
+
+/* ------------------------------------------------------------------------ */
+/* The writer thread (taps/tap.c): the same file as without it               */
+
+static unsigned char *slurp(const char *path, size_t *n) {
+    FILE *f = fopen(path, "rb");
+    cr_assert_not_null(f, "%s: %s", path, strerror(errno));
+    cr_assert_eq(fseek(f, 0, SEEK_END), 0);
+    long len = ftell(f);
+    cr_assert_geq(len, 0);
+    rewind(f);
+    unsigned char *b = malloc((size_t)len + 1);
+    cr_assert_not_null(b);
+    cr_assert_eq(fread(b, 1, (size_t)len, f), (size_t)len);
+    fclose(f);
+    *n = (size_t)len;
+    return b;
+}
+
+// Blanks the root attribute "created" ("YYYY-MM-DDTHH:MM:SSZ", the one thing
+// two runs may write differently); 1 when it was found exactly once.
+static int blank_created(unsigned char *b, size_t n) {
+    static const char pat[] = "dddd-dd-ddTdd:dd:ddZ";
+    const size_t L = sizeof pat - 1;
+    int found = 0;
+    for (size_t i = 0; i + L <= n; i++) {
+        size_t k = 0;
+        for (; k < L; k++) {
+            const unsigned char c = b[i + k];
+            if (pat[k] == 'd' ? !(c >= '0' && c <= '9') : c != (unsigned char)pat[k]) break;
+        }
+        if (k == L) {
+            memset(b + i, 'X', L);
+            found++;
+        }
+    }
+    return found == 1;
+}
+
+static void same_bytes(const char *a, const char *b) {
+    size_t na, nb;
+    unsigned char *x = slurp(a, &na), *y = slurp(b, &nb);
+    cr_expect(blank_created(x, na) && blank_created(y, nb), "the created attribute of %s / %s", a, b);
+    cr_expect_eq(na, nb, "%s is %zu bytes, %s %zu", a, na, b, nb);
+    size_t first = 0;
+    while (first < na && first < nb && x[first] == y[first]) first++;
+    cr_expect(na == nb && first == na, "%s and %s differ from byte %zu on", a, b, first);
+    free(x);
+    free(y);
+}
+
+Test(taps, writer_thread_writes_the_bytes_of_the_inline_writer) {
+    static const struct {
+        td_tap_mode mode;
+        const char *filter;
+        int compress;
+    } cases[] = {
+        {TD_TAP_FULL, NULL, 4}, {TD_TAP_FULL, NULL, 0}, {TD_TAP_FULL, SAMPLE_FILTER, 4}, {TD_TAP_FINGERPRINT, NULL, 4}};
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char a[64], b[64], c[64];
+        snprintf(a, sizeof a, "inline%zu.h5", i);
+        snprintf(b, sizeof b, "thread%zu.h5", i);
+        snprintf(c, sizeof c, "tinyq%zu.h5", i);
+        const char *pa = tmp_path(a), *pb = tmp_path(b), *pc = tmp_path(c);
+        sample_compress = cases[i].compress;
+        setenv("TAPDIFF_TAP_THREAD", "0", 1);
+        sample_threaded = 0;
+        write_sample(pa, cases[i].mode, cases[i].filter);
+        unsetenv("TAPDIFF_TAP_THREAD");
+        sample_threaded = 1;
+        write_sample(pb, cases[i].mode, cases[i].filter);
+        // a queue smaller than any tap: the emitter waits for the writer at every tap
+        setenv("TD_TAPS_QUEUE_BYTES", "1", 1);
+        write_sample(pc, cases[i].mode, cases[i].filter);
+        unsetenv("TD_TAPS_QUEUE_BYTES");
+        sample_threaded = -1;
+        same_bytes(pa, pb);
+        same_bytes(pa, pc);
+    }
+    sample_compress = 4;
+}
+
+// A caller with an HDF5 file of its own open (golden reads one tap file while
+// it writes another) gets no writer thread: HDF5 is not thread-safe.
+Test(taps, no_writer_thread_beside_an_open_hdf5_file) {
+    const char *path = tmp_path("reader.h5"), *out = tmp_path("writer.h5");
+    write_sample(path, TD_TAP_FINGERPRINT, NULL);
+    td_err err = {{0}};
+    hid_t f = H5Fopen(path, H5F_ACC_RDONLY, H5P_DEFAULT);
+    cr_assert_geq(f, 0);
+    td_tap_sink *s = NULL;
+    cr_assert_eq(td_tap_sink_open(&s, out, NULL, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(td_taps_threaded(s), 0);
+    cr_expect_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+    H5Fclose(f);
+    cr_assert_eq(td_tap_sink_open(&s, out, NULL, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(td_taps_threaded(s), 1, "no other file open: the thread runs");
+    cr_expect_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+}
+
+/* The queue holds at most TD_TAPS_QUEUE_BYTES (a tap larger than that alone),
+ * and what it held is written: every value reads back. */
+#define BIG_N 100000 /* 400 KB of f32 per tap */
+Test(taps, writer_queue_is_bounded) {
+    const char *path = tmp_path("bounded.h5");
+    const size_t cap = 1000000;
+    setenv("TD_TAPS_QUEUE_BYTES", "1000000", 1);
+    static float x[5 * BIG_N];
+    td_tap_options o = td_tap_options_default();
+    o.compress = 0;
+    td_err err = {{0}};
+    td_tap_sink *s = NULL;
+    cr_assert_eq(td_tap_sink_open(&s, path, &o, &err), TD_OK, "%s", err.msg);
+    unsetenv("TD_TAPS_QUEUE_BYTES");
+    cr_assert_eq(td_taps_threaded(s), 1);
+    const int64_t shape[1] = {BIG_N}, big[1] = {5 * BIG_N};
+    for (int step = 0; step < 3; step++) {
+        cr_assert_eq(td_tap_step_begin(s, step ? TD_STEP_DECODE : TD_STEP_PREFILL, step, 1, &err), TD_OK, "%s",
+                     err.msg);
+        for (int t = 0; t < 12; t++) {
+            for (int i = 0; i < BIG_N; i++) x[i] = (float)(step * 1000 + t) + (float)i * 0.25f;
+            td_tap_emit(s, t, "ffn_out", TD_DT_F32, x, 1, shape); // the engine reuses its buffer at once
+        }
+        if (step == 0) // (the peak is over the run: the 2 MB tap below raises it)
+            cr_expect(td_taps_queue_peak(s) <= cap && td_taps_queue_peak(s) > BIG_N * sizeof(float),
+                      "queue peak %zu bytes, cap %zu", td_taps_queue_peak(s), cap);
+        for (int i = 0; i < 5 * BIG_N; i++) x[i] = (float)(i % 1000) - (float)step;
+        td_tap_emit(s, -1, "out.big", TD_DT_F32, x, 1, big); // 2 MB, over the cap: goes alone
+        cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+    }
+    const size_t peak = td_taps_queue_peak(s);
+    cr_expect(peak > 5 * BIG_N * sizeof(float) && peak < 5 * BIG_N * sizeof(float) + 4096,
+              "queue peak %zu: the 2 MB tap alone", peak);
+    cr_assert_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, path, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_n_steps(f), 3);
+    static double v[5 * BIG_N];
+    for (int step = 0; step < 3; step++) {
+        for (int t = 0; t < 12; t += 11) {
+            char name[32];
+            snprintf(name, sizeof name, "blk.%d.ffn_out", t);
+            cr_assert_eq(td_tapfile_read_f64(f, step, name, v, BIG_N, &err), TD_OK, "%s", err.msg);
+            int bad = 0;
+            for (int i = 0; i < BIG_N; i++) bad += v[i] != (double)((float)(step * 1000 + t) + (float)i * 0.25f);
+            cr_expect_eq(bad, 0, "step %d %s: %d values differ", step, name, bad);
+        }
+        cr_assert_eq(td_tapfile_read_f64(f, step, "out.big", v, 5 * BIG_N, &err), TD_OK, "%s", err.msg);
+        int bad = 0;
+        for (int i = 0; i < 5 * BIG_N; i++) bad += v[i] != (double)((float)(i % 1000) - (float)step);
+        cr_expect_eq(bad, 0, "step %d out.big: %d values differ", step, bad);
+    }
+    td_tapfile_close(f);
+}
+
+/* A full disk met by the writer thread: the same status and message as
+ * without it, reported by a later call, and the same committed steps. */
+static int disk_full_run(const char *path, int threaded, td_err *first, int64_t *steps) {
+    static float x[BIG_N];
+    for (int i = 0; i < BIG_N; i++) x[i] = (float)i;
+    if (!threaded) setenv("TAPDIFF_TAP_THREAD", "0", 1);
+    setenv("TD_TAPS_FAIL_AT_BYTES", "4000000", 1);
+    td_tap_options o = td_tap_options_default();
+    o.compress = 0;
+    td_err err = {{0}};
+    td_tap_sink *s = NULL;
+    cr_assert_eq(td_tap_sink_open(&s, path, &o, &err), TD_OK, "%s", err.msg);
+    unsetenv("TAPDIFF_TAP_THREAD");
+    cr_assert_eq(td_taps_threaded(s), threaded);
+    const int64_t shape[1] = {BIG_N};
+    int rc = TD_OK;
+    for (int step = 0; step < 20 && !rc; step++) {
+        if ((rc = td_tap_step_begin(s, step ? TD_STEP_DECODE : TD_STEP_PREFILL, step, 1, &err))) break;
+        td_tap_emit(s, 0, "attn_out", TD_DT_F32, x, 1, shape);
+        rc = td_tap_step_end(s, &err);
+    }
+    td_err cerr = {{0}};
+    const int crc = td_tap_sink_close(s, &cerr);
+    unsetenv("TD_TAPS_FAIL_AT_BYTES");
+    cr_expect_eq(crc, rc, "close returns the sticky error");
+    cr_expect_str_eq(cerr.msg, err.msg);
+    *first = err;
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, path, &err), TD_OK, "%s", err.msg);
+    *steps = td_tapfile_n_steps(f);
+    td_tapfile_close(f);
+    return rc;
+}
+
+Test(taps, writer_thread_reports_a_full_disk_as_the_inline_writer) {
+    const char *path = tmp_path("full.h5");
+    td_err a = {{0}}, b = {{0}};
+    int64_t na = 0, nb = 0;
+    const int ra = disk_full_run(path, 0, &a, &na), rb = disk_full_run(path, 1, &b, &nb);
+    cr_expect_eq(ra, TD_EOUTPUT, "%s", a.msg);
+    cr_expect_eq(rb, ra);
+    cr_expect(strstr(a.msg, "No space left on device") != NULL, "%s", a.msg);
+    cr_expect_str_eq(b.msg, a.msg);
+    cr_expect(na >= 2 && nb == na, "committed steps: %lld inline, %lld with the thread", (long long)na,
+              (long long)nb);
+}
+
+/* A fork while the writer thread lives could deadlock the child on a lock
+ * the thread held: tapdiff's debug builds abort instead. */
+Test(taps, fork_while_a_writer_lives_aborts_in_debug_builds) {
+#ifndef TD_TAP_FORK_CHECK
+    cr_skip_test("built without debug (TD_TAP_FORK_CHECK): no check to test");
+#else
+    const char *path = tmp_path("forked.h5");
+    pid_t pid = fork();
+    cr_assert_geq(pid, 0);
+    if (pid == 0) {
+        td_err err = {{0}};
+        td_tap_sink *s = NULL;
+        if (td_tap_sink_open(&s, path, NULL, &err) || !td_taps_threaded(s)) _exit(2);
+        pid_t g = fork(); // must not return
+        if (g == 0) _exit(0);
+        _exit(3);
+    }
+    int status = 0;
+    waitpid(pid, &status, 0);
+    cr_expect(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "status %d: expected SIGABRT", status);
+    // with the sink closed, fork is fine
+    td_err err = {{0}};
+    td_tap_sink *s = NULL;
+    cr_assert_eq(td_tap_sink_open(&s, path, NULL, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+    pid = fork();
+    if (pid == 0) _exit(0);
+    waitpid(pid, &status, 0);
+    cr_expect(WIFEXITED(status) && WEXITSTATUS(status) == 0);
+#endif
 }
