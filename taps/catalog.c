@@ -168,6 +168,36 @@ const char *td_tap_catalog_kinds(const td_tap_entry *e) {
     return NULL;
 }
 
+/* Sliding copies of their input's rows (td_tap_catalog_copy_axis). Not
+ * ple_conv_state: it holds RMSNorm'd ple_gated rows, arithmetic of its input. */
+static const struct {
+    const char *name;
+    int axis;
+} copies[] = {
+    {"blk.L.ssm_conv_state", 1}, // [C, S]: the last S ssm_qkv rows as columns
+};
+
+int td_tap_catalog_copy_axis(const td_tap_entry *e) {
+    for (size_t i = 0; i < sizeof copies / sizeof copies[0]; i++)
+        if (!strcmp(copies[i].name, e->name)) return copies[i].axis;
+    return -1;
+}
+
+/* Readers of cached rows of earlier steps (td_tap_catalog_cached_groups). */
+static const struct {
+    const char *name;
+    unsigned groups;
+} cached[] = {
+    {"blk.L.attn_probs", 0x2}, // K (group 1) of every cached position
+    {"blk.L.attn_ctx", 0x6},   // K and V (groups 1, 2) of every cached position
+};
+
+unsigned td_tap_catalog_cached_groups(const td_tap_entry *e) {
+    for (size_t i = 0; i < sizeof cached / sizeof cached[0]; i++)
+        if (!strcmp(cached[i].name, e->name)) return cached[i].groups;
+    return 0;
+}
+
 const td_tap_entry *td_tap_catalog(size_t *n) {
     *n = sizeof catalog / sizeof catalog[0];
     return catalog;

@@ -56,6 +56,20 @@ int td_tap_catalog_has_arch(const td_tap_entry *e, const char *arch);
  * that the rows keep their six fields.) */
 const char *td_tap_catalog_kinds(const td_tap_entry *e);
 
+/* Taps whose values are rows of their catalog input copied unchanged, in a
+ * window that slides over the steps (a conv state: the last S inputs, oldest
+ * first, part of them carried from the tap's own previous value, the rest
+ * this step's input rows). Returns the tap's axis that runs over those rows:
+ * 0 when its rows are the input's rows, 1 when its columns are (stored
+ * channel-major); -1 when the tap is no such copy. (A side table, as kinds.) */
+int td_tap_catalog_copy_axis(const td_tap_entry *e);
+
+/* Taps that read, besides their producers' rows of the step, the rows every
+ * earlier step of the sequence cached of some of them (attention: the K/V
+ * cache). Returns a bit mask of those producer groups (bit g: the g-th
+ * ','-separated group of `producers`), 0 for none. (A side table.) */
+unsigned td_tap_catalog_cached_groups(const td_tap_entry *e);
+
 /* 1 when the emitted dtype fits the row's class. */
 int td_tap_catalog_dtype_ok(const td_tap_entry *e, td_dtype dt);
 

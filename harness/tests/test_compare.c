@@ -1137,6 +1137,137 @@ Test(compare, a_copy_of_input_rows_takes_the_inputs_control_error) {
     td_cmp_result_free(r);
 }
 
+/* A prefill of 8 tokens and 3 one-token decode steps: blk.0.ssm_qkv holds
+ * the step's rows of seq [11, 32] (one row per position), blk.0.ssm_conv_state
+ * [32, 3] the last 3 positions' rows per channel, oldest first. bug: 0 the
+ * honest state, 1 step 1 keeps step 0's state (stale), 2 step 1's older slots
+ * one position back (off by one), 3 step 3's newest slot 2e-4 off. */
+static void write_conv_steps(const char *path, const double *seq, int bug) {
+    td_tap_sink *s = tg_open(path, "x", "f64", NULL);
+    for (int step = 0; step < 4; step++) {
+        const int p0 = step ? 7 + step : 0, T = step ? 1 : 8, last = p0 + T - 1;
+        double st[32 * 3];
+        for (int ch = 0; ch < 32; ch++)
+            for (int j = 0; j < 3; j++) {
+                int p = last - 2 + j;
+                if (step == 1 && bug == 1) p -= 1;
+                if (step == 1 && bug == 2 && j < 2) p -= 1;
+                st[ch * 3 + j] = seq[p * 32 + ch] * (step == 3 && bug == 3 && j == 2 ? 1 + 2e-4 : 1);
+            }
+        tg_step(s, step ? TD_STEP_DECODE : TD_STEP_PREFILL, p0, T);
+        tg_emit2(s, "blk.0.ssm_qkv", TD_DT_F64, seq + p0 * 32, T, 32);
+        tg_emit2(s, "blk.0.ssm_conv_state", TD_DT_F64, st, 32, 3);
+        tg_end(s);
+    }
+    tg_close(s);
+}
+
+/* After a prefill whose ssm_qkv rows carry f16-level error (rows 5..7 on the
+ * candidate, 0..4 on the control), a decode step's state is 2 prefill rows
+ * and the new one, while the step's ssm_qkv (one f32-level row) is all the
+ * input that step has: its control error is no budget for the carried rows.
+ * Each slot keeps its source's: steps 1 and 2 judge the prefill rows with the
+ * prefill's ssm_qkv control error, step 3 (every slot a decode row) with the
+ * decode rows' again. A stale or shifted state still fails at step 1, and a
+ * 2e-4 error once the prefill rows have left still fails at step 3 (under
+ * the prefill's budget it would pass). */
+Test(compare, a_sliding_copy_keeps_each_rows_source_error_across_steps) {
+    double a[11 * 32], b[11 * 32], c[11 * 32];
+    for (int i = 0; i < 11 * 32; i++) {
+        const int pos = i / 32;
+        a[i] = tg_unif(17, 7, (uint64_t)i) + 0.5;
+        const double big = 1e-4, small = 1e-7;
+        c[i] = a[i] * (1 + (pos < 5 ? big : small) * tg_unif(18, 8, (uint64_t)i));
+        b[i] = a[i] * (1 + (pos >= 5 && pos < 8 ? big : small) * tg_unif(19, 9, (uint64_t)i));
+    }
+    write_conv_steps(P("sla.h5"), a, 0);
+    write_conv_steps(P("slc.h5"), c, 0);
+    write_conv_steps(P("slb.h5"), b, 0);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("slc.h5");
+    td_cmp_result *r = cmp(P("sla.h5"), P("slb.h5"), &o);
+    const td_cmp_tap *q0 = find(r, 0, "blk.0.ssm_qkv"), *q3 = find(r, 3, "blk.0.ssm_qkv");
+    const td_cmp_tap *s1 = find(r, 1, "blk.0.ssm_conv_state"), *s3 = find(r, 3, "blk.0.ssm_conv_state");
+    cr_expect_eq(r->verdict, TD_OK, "%s (step 1 state: err %.3g, budget %.3g)", r->reason, s1->err, s1->budget);
+    cr_expect_float_eq(s1->err_ctrl_used, q0->err_ctrl_used, 1e-15, "step 1's state: the prefill's ssm_qkv error");
+    cr_expect_float_eq(s3->err_ctrl_used, fmax(q3->err_ctrl_used, s3->err_ctrl), 1e-15,
+                       "step 3's state: decode rows only");
+    cr_expect_lt(s3->err_ctrl_used, 1e-6, "the prefill's error is not carried past its rows");
+    td_cmp_result_free(r);
+    const char *what[4] = {NULL, "stale", "off by one", "2e-4 at step 3"};
+    const int at[4] = {0, 1, 1, 3};
+    for (int bug = 1; bug <= 3; bug++) {
+        write_conv_steps(P("slb.h5"), b, bug);
+        r = cmp(P("sla.h5"), P("slb.h5"), &o);
+        cr_expect_eq(r->verdict, TD_DIVERGENT, "%s: %s", what[bug], r->reason);
+        if (r->first >= 0) {
+            const td_cmp_tap *f = td_cmp_tap_at(r, r->first);
+            cr_expect_str_eq(f->name, "blk.0.ssm_conv_state", "%s", what[bug]);
+            cr_expect_eq(f->step, at[bug], "%s: step %lld", what[bug], (long long)f->step);
+        }
+        td_cmp_result_free(r);
+    }
+}
+
+/* Attention of an 8-token prefill and one decode step, 64 channels per row:
+ * blk.0.attn_q_rope, attn_k_rope, attn_v, attn_ctx, attn_gated. Each value is
+ * the oracle's times 1 + e·u, e per (step, tap) from rel (rel[step][tap]),
+ * u a draw of the arm's own `seed`. */
+static void write_attn_steps(const char *path, uint64_t seed, const double rel[2][5]) {
+    static const char *names[5] = {"blk.0.attn_q_rope", "blk.0.attn_k_rope", "blk.0.attn_v", "blk.0.attn_ctx",
+                                   "blk.0.attn_gated"};
+    td_tap_sink *s = tg_open(path, seed ? "x" : "ref", "f64", NULL);
+    double v[8 * 64];
+    for (int step = 0; step < 2; step++) {
+        const int T = step ? 1 : 8;
+        tg_step(s, step ? TD_STEP_DECODE : TD_STEP_PREFILL, step ? 8 : 0, T);
+        for (int k = 0; k < 5; k++) {
+            for (int i = 0; i < T * 64; i++) {
+                const double a = tg_unif(31, (uint64_t)(step * 8 + k), (uint64_t)i) + 0.5;
+                v[i] = a * (1 + (seed ? rel[step][k] * tg_unif(seed, (uint64_t)(step * 8 + k), (uint64_t)i) : 0));
+            }
+            tg_emit2(s, names[k], TD_DT_F64, v, T, 64);
+        }
+        tg_end(s);
+    }
+    tg_close(s);
+}
+
+/* The decode step's attention reads the prefill's K/V rows from the cache,
+ * whose error (1e-4 on both arms) its own step's taps (1e-7) do not show; the
+ * control's attn_ctx there is one draw of it (3e-5), the candidate's another
+ * (1.6e-4). attn_ctx takes the cached K/V rows' control error (attn_gated
+ * after it does not: there the candidate stays divergent); a 1e-3 error at
+ * the decode step's attn_ctx is still caught there. */
+Test(compare, attention_carries_the_cached_rows_control_error) {
+    const double ctl[2][5] = {{1e-4, 1e-4, 1e-4, 2.5e-4, 2.5e-4}, {1e-7, 1e-7, 1e-7, 3e-5, 3e-5}};
+    const double cand[2][5] = {{1e-4, 1e-4, 1e-4, 2.3e-4, 2.3e-4}, {1e-7, 1e-7, 1e-7, 1.6e-4, 1.6e-4}};
+    const double bug[2][5] = {{1e-4, 1e-4, 1e-4, 2.3e-4, 2.3e-4}, {1e-7, 1e-7, 1e-7, 1e-3, 1e-3}};
+    write_attn_steps(P("ata.h5"), 0, ctl);
+    write_attn_steps(P("atc.h5"), 41, ctl);
+    write_attn_steps(P("atb.h5"), 42, cand);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("atc.h5");
+    td_cmp_result *r = cmp(P("ata.h5"), P("atb.h5"), &o);
+    const td_cmp_tap *k0 = find(r, 0, "blk.0.attn_k_rope"), *v0 = find(r, 0, "blk.0.attn_v");
+    const td_cmp_tap *c1 = find(r, 1, "blk.0.attn_ctx"), *g1 = find(r, 1, "blk.0.attn_gated");
+    cr_expect(c1->ratio <= 1, "step 1 attn_ctx: err %.3g, control %.3g, budget %.3g", c1->err, c1->err_ctrl,
+              c1->budget);
+    cr_expect_float_eq(c1->err_ctrl_used, fmax(k0->err_ctrl_used, v0->err_ctrl_used), 1e-15,
+                       "attn_ctx at step 1: the prefill's cached K/V rows' control error");
+    cr_expect_float_eq(g1->err_ctrl_used, g1->err_ctrl, 1e-15, "attn_gated after it: its own control error");
+    td_cmp_result_free(r);
+    write_attn_steps(P("atb.h5"), 42, bug);
+    r = cmp(P("ata.h5"), P("atb.h5"), &o);
+    cr_expect_eq(r->verdict, TD_DIVERGENT, "%s", r->reason);
+    if (r->first >= 0) {
+        const td_cmp_tap *f = td_cmp_tap_at(r, r->first);
+        cr_expect_str_eq(f->name, "blk.0.attn_ctx");
+        cr_expect_eq(f->step, 1);
+    }
+    td_cmp_result_free(r);
+}
+
 /* A router softmax at the first decode step after a long prefill is a tap of
  * a few values: its budget takes the growth the control showed there, learnt
  * over the prefill's rows too (qwen3next-f32, 40 tokens: the cpu arm's

@@ -340,3 +340,82 @@ Test(catalog, taps_command_prints_an_architectures_rows) {
 Test(catalog, reference_emits_exactly_the_qwen4exp_taps_per_layer_kind) {
     check_arch_tokens("qwen4exp-f32", "5,9,2,6,5,3,5,8,9");
 }
+
+/* The sliding-copy property (td_tap_catalog_copy_axis) is a fact of the
+ * reference forward, the source of truth here: in each step of a hybrid's
+ * reference run (a 2-token prefill, so one slot still holds the zero start,
+ * then one-token steps), every slot of such a tap is, bit for bit, the input
+ * row the window puts there or the previous step's slot it moved from.
+ * Returns how many (step, tap) pairs it checked. */
+static int check_copies(const char *fixture) {
+    const char *exe = getenv("TD_TAPDIFF");
+    cr_assert_not_null(exe, "TD_TAPDIFF is not set (run through meson test)");
+    char cmd[2048], model[512], taps[512];
+    snprintf(cmd, sizeof cmd, "'%s' fixture --out '%s' --only %s >/dev/null", exe, tmpdir, fixture);
+    cr_assert_eq(run(cmd), 0, "%s", cmd);
+    snprintf(model, sizeof model, "%s/%s.gguf", tmpdir, fixture);
+    snprintf(taps, sizeof taps, "%s/%s-copies.h5", tmpdir, fixture);
+    snprintf(cmd, sizeof cmd, "'%s' run --model '%s' --backend ref --tokens 4,9 --steps 3 --out '%s' >/dev/null", exe,
+             model, taps);
+    cr_assert_eq(run(cmd), 0, "%s", cmd);
+    td_err err = {{0}};
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, taps, &err), 0, "%s", err.msg);
+    int checked = 0;
+    double *prev[64] = {0}; // per tap index of step 0 (same taps every step)
+    for (int64_t s = 0; s < td_tapfile_n_steps(f); s++) {
+        td_step_info si;
+        cr_assert_eq(td_tapfile_step(f, s, &si, &err), 0, "%s", err.msg);
+        td_tap_info *t = NULL;
+        int64_t n = 0, k = 0;
+        cr_assert_eq(td_tapfile_step_taps(f, s, &t, &n, &err), 0, "%s", err.msg);
+        for (int64_t i = 0; i < n; i++) {
+            const td_tap_entry *e = td_tap_catalog_find(t[i].name, NULL);
+            const int axis = e ? td_tap_catalog_copy_axis(e) : -1;
+            if (axis < 0) continue;
+            cr_assert_lt(k, 64);
+            char groups[3][3][TD_TAP_NAME_MAX];
+            int last_out;
+            cr_assert_geq(td_tap_catalog_inputs(t[i].name, groups, 3, &last_out), 1);
+            const td_tap_info *in = NULL;
+            for (int64_t j = 0; j < n; j++)
+                if (!strcmp(t[j].name, groups[0][0])) in = &t[j];
+            cr_assert_not_null(in, "step %lld: %s's input %s", (long long)s, t[i].name, groups[0][0]);
+            cr_assert_eq(t[i].ndim, 2);
+            const int64_t S = t[i].shape[axis], C = t[i].shape[1 - axis], T = si.n_tokens;
+            cr_assert_eq(in->shape[0], T);
+            cr_assert_eq(in->shape[1], C, "%s: one slot per input row of %lld values", t[i].name, (long long)C);
+            double *v = malloc(sizeof *v * (size_t)(S * C)), *x = malloc(sizeof *x * (size_t)(T * C));
+            cr_assert_eq(td_tapfile_read_f64(f, s, t[i].name, v, (uint64_t)(S * C), &err), 0, "%s", err.msg);
+            cr_assert_eq(td_tapfile_read_f64(f, s, in->name, x, (uint64_t)(T * C), &err), 0, "%s", err.msg);
+            for (int64_t j = 0; j < S; j++)
+                for (int64_t ch = 0; ch < C; ch++) {
+                    const double got = axis ? v[ch * S + j] : v[j * C + ch];
+                    double want;
+                    if (j >= S - T)
+                        want = x[(T - S + j) * C + ch];
+                    else if (s == 0)
+                        want = 0; // the window starts empty
+                    else
+                        want = axis ? prev[k][ch * S + j + T] : prev[k][(j + T) * C + ch];
+                    cr_assert_eq(got, want, "step %lld %s slot %lld channel %lld: %.17g, want %.17g", (long long)s,
+                                 t[i].name, (long long)j, (long long)ch, got, want);
+                }
+            free(prev[k]);
+            prev[k++] = v;
+            free(x);
+            checked++;
+        }
+        free(t);
+    }
+    for (int k = 0; k < 64; k++) free(prev[k]);
+    td_tapfile_close(f);
+    return checked;
+}
+
+Test(catalog, sliding_copies_hold_their_inputs_rows_and_their_own_previous_slots) {
+    int n = check_copies("qwen3next-f32");
+    cr_assert_geq(n, 4, "qwen3next: %d sliding copies checked", n);
+    n = check_copies("qwen4exp-f32");
+    cr_assert_geq(n, 4, "qwen4exp: %d sliding copies checked", n);
+}
