@@ -395,6 +395,10 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
         mdc.max_size = 256 << 10;
         H5Pset_mdc_config(fapl, &mdc);
     }
+    // Each object is visited once: its header leaves the cache when it is
+    // closed, freed while its memory is still hot, instead of being evicted
+    // cold later to make room (measured: ~25% of a compare's CPU time).
+    if (fapl >= 0) H5Pset_evict_on_close(fapl, 1);
     f->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
     if (fapl >= 0) H5Pclose(fapl);
     if (!H5OK(f->file)) {
