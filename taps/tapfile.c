@@ -615,7 +615,13 @@ static int check_child(int fd, const char *path, int cat_fd) {
     _exit(0);
 }
 
-static int open_checked(const char *path, int cat_fd, td_err *err) {
+// A checker under way: its process and the read end of its verdict pipe.
+typedef struct {
+    pid_t pid;
+    int fd;
+} checker;
+
+static int checker_start(const char *path, int cat_fd, checker *c, td_err *err) {
     int fds[2];
     if (pipe(fds) != 0)
         return td_err_set(err, TD_EINTERNAL, "tap file %s: cannot create a pipe: %s", path, strerror(errno));
@@ -643,19 +649,26 @@ static int open_checked(const char *path, int cat_fd, td_err *err) {
         check_child(fds[1], path, cat_fd);
     }
     close(fds[1]);
+    c->pid = pid;
+    c->fd = fds[0];
+    return TD_OK;
+}
+
+// Waits for the checker and turns its verdict into a status.
+static int checker_finish(const char *path, checker *c, td_err *err) {
     char buf[sizeof err->msg + 16];
     size_t len = 0;
     for (;;) {
-        ssize_t r = read(fds[0], buf + len, sizeof buf - 1 - len);
+        ssize_t r = read(c->fd, buf + len, sizeof buf - 1 - len);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         len += (size_t)r;
         if (len == sizeof buf - 1) break;
     }
     buf[len] = '\0';
-    close(fds[0]);
+    close(c->fd);
     int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    while (waitpid(c->pid, &ws, 0) < 0 && errno == EINTR) {
     }
     if (len >= 2 && strcmp(buf, "OK") == 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return TD_OK;
     int st = 0, off = 0;
@@ -676,30 +689,66 @@ static int open_checked(const char *path, int cat_fd, td_err *err) {
 
 int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
     TD_ASSERT(out != NULL && path != NULL);
-    *out = NULL;
-    td_taps_h5_quiet();
+    return td_tapfile_open_all(out, &path, 1, err);
+}
+
+static int open_stat(const char *path, td_err *err) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return td_err_set(err, TD_EINPUT, "tap file %s: cannot open it: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode)) return td_err_set(err, TD_EINPUT, "tap file %s: not a regular file", path);
+    return TD_OK;
+}
+
+// The files' checkers run at once; then each file is opened in order, as n
+// calls of td_tapfile_open would (the first failure is the one reported).
+int td_tapfile_open_all(td_tapfile **out, const char *const *paths, int n, td_err *err) {
+    TD_ASSERT(out != NULL && paths != NULL && n >= 0);
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    td_taps_h5_quiet();
     const char *inproc = getenv("TD_TAPFILE_INPROCESS");
-    int cat_fd = cat_create(), st;
-    if (!(inproc && strcmp(inproc, "1") == 0)) {
-        st = open_checked(path, cat_fd, err);
-        if (!st) st = open_inprocess(out, path, err);
-    } else {
-        st = open_inprocess(out, path, err);
-        if (!st) st = check_file(*out, cat_fd, err);
+    const int isolated = !(inproc && strcmp(inproc, "1") == 0);
+    typedef struct {
+        int st;      // of the stat or the checker
+        int cat_fd;
+        checker c;
+        int started;
+        td_err e;
+    } one;
+    one *o = td_xcalloc(n ? (size_t)n : 1, sizeof *o);
+    for (int i = 0; i < n; i++) {
+        TD_ASSERT(paths[i] != NULL);
+        o[i].cat_fd = -1;
+        if ((o[i].st = open_stat(paths[i], &o[i].e))) continue;
+        o[i].cat_fd = cat_create();
+        if (isolated) {
+            o[i].st = checker_start(paths[i], o[i].cat_fd, &o[i].c, &o[i].e);
+            o[i].started = !o[i].st;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (o[i].started) o[i].st = checker_finish(paths[i], &o[i].c, &o[i].e);
+    int st = TD_OK;
+    for (int i = 0; i < n; i++) {
+        if (!st) {
+            st = o[i].st;
+            if (!st) st = open_inprocess(&out[i], paths[i], &o[i].e);
+            if (!st && !isolated) st = check_file(out[i], o[i].cat_fd, &o[i].e);
+            if (!st) {
+                st = cat_attach(out[i], o[i].cat_fd, &o[i].e); // closes the catalog
+                o[i].cat_fd = -1;
+            }
+            if (st && err) *err = o[i].e;
+        }
+        if (o[i].cat_fd >= 0) close(o[i].cat_fd);
     }
     if (st) {
-        if (cat_fd >= 0) close(cat_fd);
-    } else {
-        st = cat_attach(*out, cat_fd, err);
+        for (int i = 0; i < n; i++) {
+            td_tapfile_close(out[i]);
+            out[i] = NULL;
+        }
     }
-    if (st && *out) {
-        td_tapfile_close(*out);
-        *out = NULL;
-    }
+    free(o);
     return st;
 }
 
