@@ -84,6 +84,11 @@ typedef struct {
     hid_t g;
     td_tap_info *taps;  // sorted by name
     int64_t n;
+    // The tap whose values were last read through HDF5 stays open: reading
+    // it in row blocks then decompresses each chunk once (its chunk cache
+    // lives as long as the open dataset), not once per block.
+    hid_t dset;
+    char dname[TD_TAP_NAME_MAX];
 } step_cache;
 
 // The catalog: what the checker learnt about every step and tap, handed to
@@ -142,6 +147,8 @@ struct td_tapfile {
 };
 
 static void cache_drop(step_cache *c) {
+    if (c->dset >= 0) H5Dclose(c->dset);
+    c->dset = H5I_INVALID_HID;
     if (c->g >= 0) H5Gclose(c->g);
     c->g = H5I_INVALID_HID;
     free(c->taps);
@@ -376,6 +383,7 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
     f->sc = td_xcalloc(1, sizeof *f->sc);
     f->sc->step = -1;
     f->sc->g = H5I_INVALID_HID;
+    f->sc->dset = H5I_INVALID_HID;
     int st = TD_EINPUT;
     char *format = NULL;
     // HDF5's metadata cache grows with what was read (up to 32 MiB by
@@ -1239,6 +1247,40 @@ static int raw_read(int fd, int64_t off, td_dtype dt, uint64_t first, uint64_t n
     return 0;
 }
 
+// Opens a tap to read its rows: a chunk larger than HDF5's default chunk
+// cache (1 MiB; h5repack makes one chunk of a whole tap) would otherwise be
+// decompressed again for every row block read from it. Up to 64 MiB per
+// chunk; beyond that, memory wins.
+#define ROWS_CHUNK_CACHE_MAX ((size_t)64 << 20)
+static hid_t open_for_rows(hid_t g, const char *name) {
+    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+    if (d < 0) return d;
+    hid_t dcpl = H5Dget_create_plist(d), type = H5Dget_type(d);
+    size_t bytes = 0;
+    if (dcpl >= 0 && type >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t cd[H5S_MAX_RANK];
+        int rank = H5Pget_chunk(dcpl, H5S_MAX_RANK, cd);
+        bytes = H5Tget_size(type);
+        for (int i = 0; i < rank && bytes; i++)
+            bytes = cd[i] && bytes <= ROWS_CHUNK_CACHE_MAX / cd[i] ? bytes * (size_t)cd[i] : 0;
+    }
+    if (type >= 0) H5Tclose(type);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (bytes > ((size_t)1 << 20) && bytes <= ROWS_CHUNK_CACHE_MAX) {
+        hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+        if (dapl >= 0 && H5Pset_chunk_cache(dapl, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, bytes, 1.0) >= 0) {
+            hid_t d2 = H5Dopen2(g, name, dapl);
+            if (d2 >= 0) {
+                H5Dclose(d);
+                d = d2;
+            }
+        }
+        if (dapl >= 0) H5Pclose(dapl);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return d;
+}
+
 // Rows [row0, row0 + n_rows) of the outermost dimension (n_rows = ALL_ROWS:
 // all of them) into dst, as double (as_int = 0) or int64 (as_int = 1).
 static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_t row0, int64_t n_rows, void *dst,
@@ -1247,7 +1289,7 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
     hid_t g = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     td_tap_info t;
     int64_t raw_off = -1;
-    int st, own_g = 1;
+    int st, own_g = 1, own_dset = 1;
     const td_tap_info *known = name && !f->cat ? cache_find(f->sc, step, name) : NULL;
     if (f->cat) {
         // the dataset is opened below only if its values need HDF5
@@ -1262,9 +1304,15 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
         g = f->sc->g;
         own_g = 0;
         t = *known;
-        if (!H5OK(dset = H5Dopen2(g, name, H5P_DEFAULT)))
+        if (f->sc->dset < 0 || strcmp(f->sc->dname, name) != 0) {
+            if (f->sc->dset >= 0) H5Dclose(f->sc->dset);
+            f->sc->dset = open_for_rows(g, name);
+            snprintf(f->sc->dname, sizeof f->sc->dname, "%s", name);
+        }
+        if (!H5OK(dset = f->sc->dset))
             return td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, sname, name,
                               td_taps_h5_last());
+        own_dset = 0;
     } else {
         if ((st = open_step(f, step, &g, sname, err))) return st;
         if ((st = open_tap(f, g, sname, name, 0, &dset, &t, err))) {
@@ -1321,11 +1369,17 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
             st = TD_EINPUT;
         }
         g = f->sc->g;
-        if (!H5OK(dset = H5Dopen2(g, name, H5P_DEFAULT))) {
+        if (f->sc->dset < 0 || strcmp(f->sc->dname, name) != 0) {
+            if (f->sc->dset >= 0) H5Dclose(f->sc->dset);
+            f->sc->dset = open_for_rows(g, name);
+            snprintf(f->sc->dname, sizeof f->sc->dname, "%s", name);
+        }
+        if (!H5OK(dset = f->sc->dset)) {
             td_err_set(err, st, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, sname, name,
                        td_taps_h5_last());
             goto out;
         }
+        own_dset = 0;
     }
     hsize_t start[TD_TAP_MAX_DIMS] = {0}, cnt[TD_TAP_MAX_DIMS];
     for (int d = 0; d < t.ndim; d++) cnt[d] = (hsize_t)t.shape[d];
@@ -1365,7 +1419,7 @@ out:
     free(bits);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    if (dset >= 0) H5Dclose(dset);
+    if (own_dset && dset >= 0) H5Dclose(dset);
     if (own_g && g >= 0) H5Gclose(g);
     return st;
 }
