@@ -2,7 +2,9 @@
 # tapdiff bench/compare_speed.sh: `tapdiff compare` throughput on real tap
 # files, in MB of the two files per CPU second (user + sys of compare and of
 # the checker processes it forks: /usr/bin/time counts waited-for children),
-# so it holds on a busy machine. Best of ROUNDS (default 3).
+# so it holds on a busy machine. Best of ROUNDS (default 3). The wall time
+# (best of the same rounds) follows as a secondary number: it depends on the
+# machine's load (the checkers of A and B run at once, on two cores if free).
 #
 #   bench/compare_speed.sh [BUILD_DIR] [STEPS...]     (default build; 16 64)
 #
@@ -41,7 +43,10 @@ for s in "${steps[@]}"; do
     pairs+=("$d/q8-$s-a.z.h5 $d/q8-$s-b.z.h5")
   fi
 done
-cput() { /usr/bin/time -f "%U %S" "$@" 2>&1 >/dev/null | tail -1 | awk '{print $1 + $2}'; }
+tf=$(mktemp)
+trap 'rm -f "$tf"' EXIT
+# "CPU WALL" of one run (user + sys incl. waited-for children; elapsed)
+cput() { /usr/bin/time -o "$tf" -f "%U %S %e" "$@" >/dev/null 2>&1 || true; tail -1 "$tf" | awk '{print $1 + $2, $3}'; }
 lesser() { python3 -c "import sys; print(min(float(x) for x in sys.argv[1:] if x))" "$@"; }
 mbs() { python3 -c "import sys; print('%.1f' % (float(sys.argv[1]) / 1e6 / float(sys.argv[2])))" "$1" "$2"; }
 same() { # tapdiff-new tapdiff-old A B
@@ -65,13 +70,17 @@ for p in "${pairs[@]}"; do
   read -r a b <<<"$p"
   bytes=$(($(stat -c %s "$a") + $(stat -c %s "$b")))
   line="$(basename "$a") + $(basename "$b") ($((bytes / 1000000)) MB):"
-  t= tb=
+  t= tb= w= wb=
   for ((r = 1; r <= ${ROUNDS:-3}; r++)); do # interleaved: both see the same load
-    [ -n "${BEFORE:-}" ] && tb=$(lesser "$(cput "$BEFORE" compare "$a" "$b")" $tb)
-    t=$(lesser "$(cput "$td" compare "$a" "$b")" $t)
+    if [ -n "${BEFORE:-}" ]; then
+      read -r c e <<<"$(cput "$BEFORE" compare "$a" "$b")"
+      tb=$(lesser "$c" $tb) wb=$(lesser "$e" $wb)
+    fi
+    read -r c e <<<"$(cput "$td" compare "$a" "$b")"
+    t=$(lesser "$c" $t) w=$(lesser "$e" $w)
   done
-  [ -n "${BEFORE:-}" ] && line="$line before ${tb} s $(mbs "$bytes" "$tb") MB/s,"
-  line="$line ${t} s CPU, $(mbs "$bytes" "$t") MB/s"
+  [ -n "${BEFORE:-}" ] && line="$line before ${tb} s $(mbs "$bytes" "$tb") MB/s (wall ${wb} s),"
+  line="$line ${t} s CPU, $(mbs "$bytes" "$t") MB/s (wall ${w} s)"
   [ -n "${BEFORE:-}" ] && line="$line; $(same "$td" "$BEFORE" "$a" "$b")"
   echo "$line"
 done

@@ -256,11 +256,17 @@ static int64_t arm_find(const arm *a, const char *name) {
     return -1;
 }
 
-static int arm_open(arm *a, const char *path, td_err *err) {
-    memset(a, 0, sizeof *a);
-    a->step = -1;
-    a->path = path;
-    return td_tapfile_open(&a->f, path, err);
+static int arms_open(arm **arms, const char *const *paths, int n, td_err *err) {
+    td_tapfile *f[4];
+    TD_ASSERT(n <= 4);
+    int st = td_tapfile_open_all(f, paths, n, err);
+    for (int i = 0; i < n; i++) {
+        memset(arms[i], 0, sizeof *arms[i]);
+        arms[i]->step = -1;
+        arms[i]->path = paths[i];
+        arms[i]->f = f[i];
+    }
+    return st;
 }
 
 static void arm_close(arm *a) {
@@ -1795,18 +1801,25 @@ int td_compare(const char *path_a, const char *path_b, const td_cmp_options *opt
     r->path_a = td_xstrdup(path_a);
     r->path_b = td_xstrdup(path_b);
 
-    int st = arm_open(&c.A, path_a, err);
-    if (!st) st = arm_open(&c.B, path_b, err);
-    if (!st && o.control) {
-        st = arm_open(&c.C2, o.control, err);
+    // Every file is checked at the same time (arms_open); the first one that
+    // fails, in this order, is the one reported.
+    arm *arms[4] = {&c.A, &c.B};
+    const char *paths[4] = {path_a, path_b};
+    int n_arms = 2;
+    if (o.control) {
+        arms[n_arms] = &c.C2;
+        paths[n_arms++] = o.control;
         c.ca = &c.A;
         c.cb = &c.C2;
-    } else if (!st && o.control_a) {
-        st = arm_open(&c.C1, o.control_a, err);
-        if (!st) st = arm_open(&c.C2, o.control_b, err);
+    } else if (o.control_a) {
+        arms[n_arms] = &c.C1;
+        paths[n_arms++] = o.control_a;
+        arms[n_arms] = &c.C2;
+        paths[n_arms++] = o.control_b;
         c.ca = &c.C1;
         c.cb = &c.C2;
     }
+    int st = arms_open(arms, paths, n_arms, err);
     if (!st) st = check_models(&c, err);
     if (st) goto fail;
     uint32_t ratio[256];

@@ -84,6 +84,11 @@ typedef struct {
     hid_t g;
     td_tap_info *taps;  // sorted by name
     int64_t n;
+    // The tap whose values were last read through HDF5 stays open: reading
+    // it in row blocks then decompresses each chunk once (its chunk cache
+    // lives as long as the open dataset), not once per block.
+    hid_t dset;
+    char dname[TD_TAP_NAME_MAX];
 } step_cache;
 
 // The catalog: what the checker learnt about every step and tap, handed to
@@ -142,6 +147,8 @@ struct td_tapfile {
 };
 
 static void cache_drop(step_cache *c) {
+    if (c->dset >= 0) H5Dclose(c->dset);
+    c->dset = H5I_INVALID_HID;
     if (c->g >= 0) H5Gclose(c->g);
     c->g = H5I_INVALID_HID;
     free(c->taps);
@@ -376,6 +383,7 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
     f->sc = td_xcalloc(1, sizeof *f->sc);
     f->sc->step = -1;
     f->sc->g = H5I_INVALID_HID;
+    f->sc->dset = H5I_INVALID_HID;
     int st = TD_EINPUT;
     char *format = NULL;
     // HDF5's metadata cache grows with what was read (up to 32 MiB by
@@ -395,6 +403,10 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
         mdc.max_size = 256 << 10;
         H5Pset_mdc_config(fapl, &mdc);
     }
+    // Each object is visited once: its header leaves the cache when it is
+    // closed, freed while its memory is still hot, instead of being evicted
+    // cold later to make room (measured: ~25% of a compare's CPU time).
+    if (fapl >= 0) H5Pset_evict_on_close(fapl, 1);
     f->file = H5Fopen(path, H5F_ACC_RDONLY, fapl >= 0 ? fapl : H5P_DEFAULT);
     if (fapl >= 0) H5Pclose(fapl);
     if (!H5OK(f->file)) {
@@ -611,7 +623,13 @@ static int check_child(int fd, const char *path, int cat_fd) {
     _exit(0);
 }
 
-static int open_checked(const char *path, int cat_fd, td_err *err) {
+// A checker under way: its process and the read end of its verdict pipe.
+typedef struct {
+    pid_t pid;
+    int fd;
+} checker;
+
+static int checker_start(const char *path, int cat_fd, checker *c, td_err *err) {
     int fds[2];
     if (pipe(fds) != 0)
         return td_err_set(err, TD_EINTERNAL, "tap file %s: cannot create a pipe: %s", path, strerror(errno));
@@ -639,19 +657,26 @@ static int open_checked(const char *path, int cat_fd, td_err *err) {
         check_child(fds[1], path, cat_fd);
     }
     close(fds[1]);
+    c->pid = pid;
+    c->fd = fds[0];
+    return TD_OK;
+}
+
+// Waits for the checker and turns its verdict into a status.
+static int checker_finish(const char *path, checker *c, td_err *err) {
     char buf[sizeof err->msg + 16];
     size_t len = 0;
     for (;;) {
-        ssize_t r = read(fds[0], buf + len, sizeof buf - 1 - len);
+        ssize_t r = read(c->fd, buf + len, sizeof buf - 1 - len);
         if (r < 0 && errno == EINTR) continue;
         if (r <= 0) break;
         len += (size_t)r;
         if (len == sizeof buf - 1) break;
     }
     buf[len] = '\0';
-    close(fds[0]);
+    close(c->fd);
     int ws = 0;
-    while (waitpid(pid, &ws, 0) < 0 && errno == EINTR) {
+    while (waitpid(c->pid, &ws, 0) < 0 && errno == EINTR) {
     }
     if (len >= 2 && strcmp(buf, "OK") == 0 && WIFEXITED(ws) && WEXITSTATUS(ws) == 0) return TD_OK;
     int st = 0, off = 0;
@@ -672,30 +697,66 @@ static int open_checked(const char *path, int cat_fd, td_err *err) {
 
 int td_tapfile_open(td_tapfile **out, const char *path, td_err *err) {
     TD_ASSERT(out != NULL && path != NULL);
-    *out = NULL;
-    td_taps_h5_quiet();
+    return td_tapfile_open_all(out, &path, 1, err);
+}
+
+static int open_stat(const char *path, td_err *err) {
     struct stat sb;
     if (stat(path, &sb) != 0)
         return td_err_set(err, TD_EINPUT, "tap file %s: cannot open it: %s", path, strerror(errno));
     if (!S_ISREG(sb.st_mode)) return td_err_set(err, TD_EINPUT, "tap file %s: not a regular file", path);
+    return TD_OK;
+}
+
+// The files' checkers run at once; then each file is opened in order, as n
+// calls of td_tapfile_open would (the first failure is the one reported).
+int td_tapfile_open_all(td_tapfile **out, const char *const *paths, int n, td_err *err) {
+    TD_ASSERT(out != NULL && paths != NULL && n >= 0);
+    for (int i = 0; i < n; i++) out[i] = NULL;
+    td_taps_h5_quiet();
     const char *inproc = getenv("TD_TAPFILE_INPROCESS");
-    int cat_fd = cat_create(), st;
-    if (!(inproc && strcmp(inproc, "1") == 0)) {
-        st = open_checked(path, cat_fd, err);
-        if (!st) st = open_inprocess(out, path, err);
-    } else {
-        st = open_inprocess(out, path, err);
-        if (!st) st = check_file(*out, cat_fd, err);
+    const int isolated = !(inproc && strcmp(inproc, "1") == 0);
+    typedef struct {
+        int st;      // of the stat or the checker
+        int cat_fd;
+        checker c;
+        int started;
+        td_err e;
+    } one;
+    one *o = td_xcalloc(n ? (size_t)n : 1, sizeof *o);
+    for (int i = 0; i < n; i++) {
+        TD_ASSERT(paths[i] != NULL);
+        o[i].cat_fd = -1;
+        if ((o[i].st = open_stat(paths[i], &o[i].e))) continue;
+        o[i].cat_fd = cat_create();
+        if (isolated) {
+            o[i].st = checker_start(paths[i], o[i].cat_fd, &o[i].c, &o[i].e);
+            o[i].started = !o[i].st;
+        }
+    }
+    for (int i = 0; i < n; i++)
+        if (o[i].started) o[i].st = checker_finish(paths[i], &o[i].c, &o[i].e);
+    int st = TD_OK;
+    for (int i = 0; i < n; i++) {
+        if (!st) {
+            st = o[i].st;
+            if (!st) st = open_inprocess(&out[i], paths[i], &o[i].e);
+            if (!st && !isolated) st = check_file(out[i], o[i].cat_fd, &o[i].e);
+            if (!st) {
+                st = cat_attach(out[i], o[i].cat_fd, &o[i].e); // closes the catalog
+                o[i].cat_fd = -1;
+            }
+            if (st && err) *err = o[i].e;
+        }
+        if (o[i].cat_fd >= 0) close(o[i].cat_fd);
     }
     if (st) {
-        if (cat_fd >= 0) close(cat_fd);
-    } else {
-        st = cat_attach(*out, cat_fd, err);
+        for (int i = 0; i < n; i++) {
+            td_tapfile_close(out[i]);
+            out[i] = NULL;
+        }
     }
-    if (st && *out) {
-        td_tapfile_close(*out);
-        *out = NULL;
-    }
+    free(o);
     return st;
 }
 
@@ -1186,6 +1247,40 @@ static int raw_read(int fd, int64_t off, td_dtype dt, uint64_t first, uint64_t n
     return 0;
 }
 
+// Opens a tap to read its rows: a chunk larger than HDF5's default chunk
+// cache (1 MiB; h5repack makes one chunk of a whole tap) would otherwise be
+// decompressed again for every row block read from it. Up to 64 MiB per
+// chunk; beyond that, memory wins.
+#define ROWS_CHUNK_CACHE_MAX ((size_t)64 << 20)
+static hid_t open_for_rows(hid_t g, const char *name) {
+    hid_t d = H5Dopen2(g, name, H5P_DEFAULT);
+    if (d < 0) return d;
+    hid_t dcpl = H5Dget_create_plist(d), type = H5Dget_type(d);
+    size_t bytes = 0;
+    if (dcpl >= 0 && type >= 0 && H5Pget_layout(dcpl) == H5D_CHUNKED) {
+        hsize_t cd[H5S_MAX_RANK];
+        int rank = H5Pget_chunk(dcpl, H5S_MAX_RANK, cd);
+        bytes = H5Tget_size(type);
+        for (int i = 0; i < rank && bytes; i++)
+            bytes = cd[i] && bytes <= ROWS_CHUNK_CACHE_MAX / cd[i] ? bytes * (size_t)cd[i] : 0;
+    }
+    if (type >= 0) H5Tclose(type);
+    if (dcpl >= 0) H5Pclose(dcpl);
+    if (bytes > ((size_t)1 << 20) && bytes <= ROWS_CHUNK_CACHE_MAX) {
+        hid_t dapl = H5Pcreate(H5P_DATASET_ACCESS);
+        if (dapl >= 0 && H5Pset_chunk_cache(dapl, H5D_CHUNK_CACHE_NSLOTS_DEFAULT, bytes, 1.0) >= 0) {
+            hid_t d2 = H5Dopen2(g, name, dapl);
+            if (d2 >= 0) {
+                H5Dclose(d);
+                d = d2;
+            }
+        }
+        if (dapl >= 0) H5Pclose(dapl);
+    }
+    H5Eclear2(H5E_DEFAULT);
+    return d;
+}
+
 // Rows [row0, row0 + n_rows) of the outermost dimension (n_rows = ALL_ROWS:
 // all of them) into dst, as double (as_int = 0) or int64 (as_int = 1).
 static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_t row0, int64_t n_rows, void *dst,
@@ -1194,7 +1289,7 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
     hid_t g = H5I_INVALID_HID, dset = H5I_INVALID_HID;
     td_tap_info t;
     int64_t raw_off = -1;
-    int st, own_g = 1;
+    int st, own_g = 1, own_dset = 1;
     const td_tap_info *known = name && !f->cat ? cache_find(f->sc, step, name) : NULL;
     if (f->cat) {
         // the dataset is opened below only if its values need HDF5
@@ -1209,9 +1304,15 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
         g = f->sc->g;
         own_g = 0;
         t = *known;
-        if (!H5OK(dset = H5Dopen2(g, name, H5P_DEFAULT)))
+        if (f->sc->dset < 0 || strcmp(f->sc->dname, name) != 0) {
+            if (f->sc->dset >= 0) H5Dclose(f->sc->dset);
+            f->sc->dset = open_for_rows(g, name);
+            snprintf(f->sc->dname, sizeof f->sc->dname, "%s", name);
+        }
+        if (!H5OK(dset = f->sc->dset))
             return td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, sname, name,
                               td_taps_h5_last());
+        own_dset = 0;
     } else {
         if ((st = open_step(f, step, &g, sname, err))) return st;
         if ((st = open_tap(f, g, sname, name, 0, &dset, &t, err))) {
@@ -1268,11 +1369,17 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
             st = TD_EINPUT;
         }
         g = f->sc->g;
-        if (!H5OK(dset = H5Dopen2(g, name, H5P_DEFAULT))) {
+        if (f->sc->dset < 0 || strcmp(f->sc->dname, name) != 0) {
+            if (f->sc->dset >= 0) H5Dclose(f->sc->dset);
+            f->sc->dset = open_for_rows(g, name);
+            snprintf(f->sc->dname, sizeof f->sc->dname, "%s", name);
+        }
+        if (!H5OK(dset = f->sc->dset)) {
             td_err_set(err, st, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, sname, name,
                        td_taps_h5_last());
             goto out;
         }
+        own_dset = 0;
     }
     hsize_t start[TD_TAP_MAX_DIMS] = {0}, cnt[TD_TAP_MAX_DIMS];
     for (int d = 0; d < t.ndim; d++) cnt[d] = (hsize_t)t.shape[d];
@@ -1312,7 +1419,7 @@ out:
     free(bits);
     if (mspace >= 0) H5Sclose(mspace);
     if (fspace >= 0) H5Sclose(fspace);
-    if (dset >= 0) H5Dclose(dset);
+    if (own_dset && dset >= 0) H5Dclose(dset);
     if (own_g && g >= 0) H5Gclose(g);
     return st;
 }

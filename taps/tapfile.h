@@ -132,6 +132,11 @@ typedef struct td_tap_info {
  * not the one the check read (another inode, size or mtime) is TD_EINPUT. */
 int td_tapfile_open(td_tapfile **out, const char *path, td_err *err);
 void td_tapfile_close(td_tapfile *f); /* NULL is fine */
+/* Opens n files into out[0..n-1] as n calls of td_tapfile_open in that order
+ * would (same checks, the first failure in order is the one reported, and
+ * then every out[i] is NULL), but with their checkers running at the same
+ * time: the caller waits for the slowest check, not for their sum. */
+int td_tapfile_open_all(td_tapfile **out, const char *const *paths, int n, td_err *err);
 
 /* Validates the whole file in this process: every step's attributes (counts
  * in range; pos0 strictly increasing from step to step;

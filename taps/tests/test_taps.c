@@ -741,6 +741,68 @@ Test(taps, reader_rejects_foreign_files) {
     cr_expect(strstr(err.msg, "format_version is 2") != NULL, "%s", err.msg);
 }
 
+// Several files checked at once report what opening them one by one would:
+// the first failure in order, and nothing left open.
+Test(taps, open_all_is_open_in_order) {
+    td_err err = {{0}};
+    // tmp_path's buffers are reused: copies, to hold five paths at once
+    char good[400], good2[400], later[400], txt[400], missing[400];
+    snprintf(good, sizeof good, "%s", tmp_path("good.h5"));
+    snprintf(good2, sizeof good2, "%s", tmp_path("good2.h5"));
+    snprintf(later, sizeof later, "%s", tmp_path("later2.h5"));
+    snprintf(txt, sizeof txt, "%s", tmp_path("text.h5"));
+    snprintf(missing, sizeof missing, "%s", tmp_path("missing2.h5"));
+    write_sample(good, TD_TAP_FULL, NULL);
+    write_sample(good2, TD_TAP_FINGERPRINT, NULL);
+    write_sample(later, TD_TAP_FINGERPRINT, NULL);
+    hid_t h = H5Fopen(later, H5F_ACC_RDWR, H5P_DEFAULT);
+    cr_assert_geq(h, 0);
+    hid_t a = H5Aopen(h, "format_version", H5P_DEFAULT);
+    cr_assert_geq(a, 0);
+    int32_t two = 2;
+    cr_assert_geq(H5Awrite(a, H5T_NATIVE_INT32, &two), 0);
+    H5Aclose(a);
+    H5Fclose(h);
+    FILE *fp = fopen(txt, "w");
+    cr_assert_not_null(fp);
+    fputs("this is not an HDF5 file\n", fp);
+    fclose(fp);
+
+    td_tapfile *f[3] = {NULL, NULL, NULL}, *one = NULL;
+    const char *ok[2] = {good, good2};
+    cr_assert_eq(td_tapfile_open_all(f, ok, 2, &err), TD_OK, "%s", err.msg);
+    cr_assert(f[0] && f[1]);
+    cr_assert_eq(td_tapfile_open(&one, good, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(td_tapfile_n_steps(f[0]), td_tapfile_n_steps(one));
+    cr_expect_str_eq(td_tapfile_path(f[1]), good2);
+    td_tap_info t0, t1;
+    cr_assert_eq(td_tapfile_tap(f[0], 0, "out.logits", &t0, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_tap(one, 0, "out.logits", &t1, &err), TD_OK, "%s", err.msg);
+    cr_expect_eq(memcmp(&t0, &t1, sizeof t0), 0);
+    td_tapfile_close(one);
+    td_tapfile_close(f[0]);
+    td_tapfile_close(f[1]);
+
+    struct {
+        const char *paths[3];
+        int n;
+        const char *msg; // the first failing file's message
+    } cases[] = {
+        {{good, later}, 2, "format_version is 2"},
+        {{txt, later}, 2, "not an HDF5 file"},
+        {{later, txt}, 2, "format_version is 2"},
+        {{missing, good}, 2, "No such file"},
+        {{good, good2, txt}, 3, "not an HDF5 file"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        err.msg[0] = '\0';
+        f[0] = f[1] = f[2] = (td_tapfile *)&err; // must come back NULL
+        cr_expect_eq(td_tapfile_open_all(f, cases[i].paths, cases[i].n, &err), TD_EINPUT, "case %zu", i);
+        cr_expect(strstr(err.msg, cases[i].msg) != NULL, "case %zu: %s", i, err.msg);
+        for (int k = 0; k < cases[i].n; k++) cr_expect_null(f[k], "case %zu file %d", i, k);
+    }
+}
+
 Test(taps, trailing_incomplete_step_is_ignored) {
     const char *path = tmp_path("partial.h5");
     td_err err = {{0}};
