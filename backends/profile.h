@@ -197,6 +197,7 @@ typedef struct td_act_tie {
     char src[40]; /* the tap of this step whose values the rounding read ("" = not known: td_act_ties_source) */
     int64_t src_elem; /* the element of src (flat index) */
     double x;     /* the value rounded */
+    double src_scale; /* 0: x is src's value; else x = src's value * src_scale (td_act_ties_source_scale) */
 } td_act_tie;
 
 /* f16 operand roundings (td_act_round_* with TD_ACT_F16: attn-f16's Q and
@@ -247,6 +248,18 @@ double td_act_tie_f16_f64(int64_t call, int64_t elem, double x);
 void td_act_ties_source(int layer, const char *name, int64_t offset);
 void td_act_ties_tap_data(int layer, const char *name, const void *data);
 void td_act_ties_source_of(const void *data, int64_t offset);
+/* After td_act_ties_source*: the next rounding call reads the source's values
+ * times `scale`, a product the arm forms in f32 before it rounds (flash
+ * attention's f16(Q*scale)). */
+void td_act_ties_source_scale(double scale);
+/* After td_act_ties_source*: the next rounding call (f16) also logs values
+ * within rel * (its largest magnitude) of a midpoint, however many f16 ulps
+ * that is: values out of a sum with cancellation (RoPE's rotation), whose
+ * honest error is a few f32 ulps of the row's magnitude, not of their own. */
+void td_act_ties_source_near(double rel);
+/* rel for RoPE outputs: 8 f32 ulps of the largest value (lavapipe's rotation
+ * of llama-q8_0's Q and K: 1e-7 from the oracle's on values ~1, measured) */
+#define TD_ACT_TIES_ROPE_NEAR (1.0 / (1 << 20))
 
 /* x (n) rounded to f16 and back, never logged or pinned: roundings that are
  * exact functions of values the arm and the oracle already share (f16
