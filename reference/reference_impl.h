@@ -952,9 +952,10 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     if (td_profile_kv_store_f16(&r->profile)) { // profile rounding point: an f16 cache
         // the arm's side of each rounding shows in its K and V taps of this step (ties.h)
         td_act_ties_source_of(a->k, 0);
-        td_act_ties_source_near(TD_ACT_TIES_ROPE_NEAR);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
         ACT_ROUND(kc + pos0 * Hkv * D, kc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
         td_act_ties_source_of(a->v, 0);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
         ACT_ROUND(vc + pos0 * Hkv * D, vc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
     }
     // a sparse QSA layer attends to the positions its indexer selects
@@ -981,7 +982,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         // of a near tie shows there
         td_act_ties_source_of(a->q, 0);
         td_act_ties_source_scale(scale);
-        td_act_ties_source_near(TD_ACT_TIES_ROPE_NEAR);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         fa_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .g = fg, .T = T, .H = H, .Hkv = Hkv,
                     .D = D, .n_kv = pos0 + T, .sel = sel, .sel_w = sel_w, .tie_call = td_act_ties_reserve()};
