@@ -23,6 +23,15 @@
 
 extern char **environ;
 
+/* 1 in a build with AddressSanitizer, where every run of tapdiff costs several
+ * times more: heavy matrices keep one case per code path there (memory errors
+ * are what that build looks for) and the plain build runs them all. */
+#if defined(__SANITIZE_ADDRESS__)
+#define TD_TEST_SANITIZED 1
+#else
+#define TD_TEST_SANITIZED 0
+#endif
+
 /* ---------------------------------------------------------- temp folders */
 
 /* Creates /tmp/td_<tag>_XXXXXX into dir (at least 64 bytes). */
