@@ -75,6 +75,9 @@ typedef struct ties_state {
     int n_named; /* log entries already named after the tap that followed them */
     char src[40];           /* td_act_ties_source: the tap the call src_call reads */
     int64_t src_off, src_call;
+    double src_scale;       /* td_act_ties_source_scale (0: none) */
+    double src_near;        /* td_act_ties_source_near (0: none) */
+    double call_abs;        /* the current f16 call's absolute window (0: none) */
     struct {
         const void *data;
         char name[40];
@@ -108,6 +111,33 @@ void td_act_ties_source(int layer, const char *name, int64_t offset) {
     if (name) tap_full_name(g_ties.src, sizeof g_ties.src, layer, name);
     g_ties.src_off = offset;
     g_ties.src_call = g_ties.call + 1; // the next rounding call
+    g_ties.src_scale = 0;
+    g_ties.src_near = 0;
+}
+
+void td_act_ties_source_near(double rel) {
+    if (g_ties.on) g_ties.src_near = rel;
+}
+
+/* The absolute window of the f16 rounding call just counted, over x (n). */
+static void ties_call_window_f64(const double *x, int64_t n) {
+    g_ties.call_abs = 0;
+    if (g_ties.call != g_ties.src_call || !(g_ties.src_near > 0)) return;
+    double a = 0;
+    for (int64_t i = 0; i < n; i++) a = fmax(a, fabs(x[i]));
+    g_ties.call_abs = g_ties.src_near * a;
+}
+
+static void ties_call_window_f32(const float *x, int64_t n) {
+    g_ties.call_abs = 0;
+    if (g_ties.call != g_ties.src_call || !(g_ties.src_near > 0)) return;
+    double a = 0;
+    for (int64_t i = 0; i < n; i++) a = fmax(a, fabs((double)x[i]));
+    g_ties.call_abs = g_ties.src_near * a;
+}
+
+void td_act_ties_source_scale(double scale) {
+    if (g_ties.on) g_ties.src_scale = scale;
 }
 
 void td_act_ties_tap_data(int layer, const char *name, const void *data) {
@@ -154,12 +184,14 @@ static void ties_call(void) {
 /* Logs v (a scaled value whose tie is at v - floor(v) = 0.5) when it lies
  * within tau of the tie, with `alt`, the result on the tie's other side;
  * returns 1 with *pick when (step, call, elem) is pinned. */
-static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, double *pick, int f16, double x) {
-    if (!g_ties.on || fabs(v - floor(v) - 0.5) >= (f16 ? TD_ACT_TIES_F16_TAU : g_ties.tau)) return 0;
+static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, double *pick, int f16, double x,
+                           double wide) {
+    if (!g_ties.on || fabs(v - floor(v) - 0.5) >= (f16 ? fmax(TD_ACT_TIES_F16_TAU, wide) : g_ties.tau)) return 0;
     td_act_tie me = {.step = g_ties.step, .call = call, .elem = elem, .v = v, .pick = alt, .f16 = f16, .x = x};
     if (call == g_ties.src_call && g_ties.src[0] && elem + g_ties.src_off >= 0) {
         memcpy(me.src, g_ties.src, sizeof me.src);
         me.src_elem = elem + g_ties.src_off;
+        me.src_scale = g_ties.src_scale;
     }
     int pinned = 0;
     for (int i = 0; i < g_ties.n_flips && !pinned; i++) {
@@ -178,13 +210,14 @@ static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, dou
 }
 
 static int tie_pinned(double v, int64_t elem, double alt, double *pick) {
-    return tie_pinned_kind(g_ties.call, v, elem, alt, pick, 0, v);
+    return tie_pinned_kind(g_ties.call, v, elem, alt, pick, 0, v, 0);
 }
 
 /* x rounded to f16 (through its f32 value y, what a device holds), or its
  * pin; v = x's distance above the lower in magnitude of its two f16
- * neighbours, in f16 ulps (0.5: the midpoint). */
-static double tie_f16_at(int64_t call, double x, float y, int64_t elem) {
+ * neighbours, in f16 ulps (0.5: the midpoint); logged within
+ * TD_ACT_TIES_F16_TAU of the midpoint, or within abs_w of it in value. */
+static double tie_f16_at(int64_t call, double x, float y, int64_t elem, double abs_w) {
     const uint16_t h = td_f32_to_f16(y);
     const double q = td_f16_to_f32(h), ax = fabs(x), aq = fabs(q);
     if (!isfinite(q) || !isfinite(x) || ax == aq) return q;
@@ -193,12 +226,12 @@ static double tie_f16_at(int64_t call, double x, float y, int64_t elem) {
     if ((h2 & 0x7fff) >= 0x7c00) return q; // past the largest finite f16
     const double q2 = td_f16_to_f32(h2), lo = fmin(aq, fabs(q2)), ulp = fabs(q2 - q);
     double pick = q;
-    tie_pinned_kind(call, (ax - lo) / ulp, elem, q2, &pick, 1, x);
+    tie_pinned_kind(call, (ax - lo) / ulp, elem, q2, &pick, 1, x, abs_w / ulp);
     return pick;
 }
 
 static double tie_f16(double x, float y, int64_t elem) {
-    return tie_f16_at(g_ties.call, x, y, elem);
+    return tie_f16_at(g_ties.call, x, y, elem, g_ties.call_abs);
 }
 
 int64_t td_act_ties_reserve(void) {
@@ -208,12 +241,12 @@ int64_t td_act_ties_reserve(void) {
 
 float td_act_tie_f16_f32(int64_t call, int64_t elem, float x) {
     if (call < 0 || !g_ties.on) return td_f16_to_f32(td_f32_to_f16(x));
-    return (float)tie_f16_at(call, x, x, elem);
+    return (float)tie_f16_at(call, x, x, elem, 0);
 }
 
 double td_act_tie_f16_f64(int64_t call, int64_t elem, double x) {
     if (call < 0 || !g_ties.on) return td_f16_to_f32(td_f32_to_f16((float)x));
-    return tie_f16_at(call, x, (float)x, elem);
+    return tie_f16_at(call, x, (float)x, elem, 0);
 }
 
 /* The code of scaled value v rounded as `q` (ties to even), or its pin. */
@@ -297,6 +330,7 @@ void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt) {
     case TD_ACT_F16:
         if (g_ties.on) {
             ties_call();
+            ties_call_window_f32(x, n);
             for (int64_t i = 0; i < n; i++) out[i] = (float)tie_f16(x[i], x[i], i);
             return;
         }
@@ -363,6 +397,7 @@ void td_act_round_f64(double *out, const double *x, int64_t n, td_act_fmt fmt) {
     case TD_ACT_F16:
         if (g_ties.on) {
             ties_call();
+            ties_call_window_f64(x, n);
             for (int64_t i = 0; i < n; i++) out[i] = tie_f16(x[i], (float)x[i], i);
             return;
         }

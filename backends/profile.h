@@ -227,6 +227,7 @@ typedef struct td_act_tie {
     char src[40]; /* the tap of this step whose values the rounding read ("" = not known: td_act_ties_source) */
     int64_t src_elem; /* the element of src (flat index) */
     double x;     /* the value rounded */
+    double src_scale; /* 0: x is src's value; else x = src's value * src_scale (td_act_ties_source_scale) */
 } td_act_tie;
 
 /* f16 operand roundings (td_act_round_* with TD_ACT_F16: attn-f16's Q and
@@ -277,6 +278,20 @@ double td_act_tie_f16_f64(int64_t call, int64_t elem, double x);
 void td_act_ties_source(int layer, const char *name, int64_t offset);
 void td_act_ties_tap_data(int layer, const char *name, const void *data);
 void td_act_ties_source_of(const void *data, int64_t offset);
+/* After td_act_ties_source*: the next rounding call reads the source's values
+ * times `scale`, a product the arm forms in f32 before it rounds (flash
+ * attention's f16(Q*scale)). */
+void td_act_ties_source_scale(double scale);
+/* After td_act_ties_source*: the next rounding call (f16) also logs values
+ * within rel * (its largest magnitude) of a midpoint, however many f16 ulps
+ * that is: values out of sums with cancellation (RoPE's rotation, a matmul's
+ * dot products), whose honest error is a few f32 ulps of the row's
+ * magnitude, not of their own (a small value's f16 ulp can be smaller). */
+void td_act_ties_source_near(double rel);
+/* rel for flash attention's Q, K and V: 8 f32 ulps of the largest value
+ * (llama-q8_0 on lavapipe: the arm's Q/K/V 1e-7..3e-7 from the oracle's on
+ * values up to ~4, measured) */
+#define TD_ACT_TIES_ROW_NEAR (1.0 / (1 << 20))
 
 /* x (n) rounded to f16 and back, never logged or pinned: roundings that are
  * exact functions of values the arm and the oracle already share (f16

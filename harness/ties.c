@@ -69,8 +69,21 @@ static double *read_tap(const td_tapfile *f, int64_t step, const char *name, uin
  * (a value the comparison found honest) and rounded to the tie's other
  * neighbour (ties.h); the oracle's own tap at that element must hold the
  * value it rounded, so a source named wrongly pins nothing. *added: how many. */
+/* f16 near ties whose side the arm's taps show to be the oracle's own: the
+ * search leaves them alone (flipping one could only contradict the arm). */
+typedef struct agreed_ties {
+    td_act_tie *v;
+    int n, cap;
+} agreed_ties;
+
+static int agreed_has(const agreed_ties *a, const td_act_tie *t) {
+    for (int i = 0; i < a->n; i++)
+        if (same_tie(&a->v[i], t)) return 1;
+    return 0;
+}
+
 static int read_arm_side(const char *b_path, const char *oracle_path, const td_cmp_tap *first, const td_act_tie *log,
-                         int n_log, td_ties_report *rep, int *added, td_err *err) {
+                         int n_log, td_ties_report *rep, agreed_ties *agreed, int *added, td_err *err) {
     *added = 0;
     td_act_tie *cand = td_xmalloc(((size_t)n_log + 1) * sizeof *cand);
     int n = 0;
@@ -93,9 +106,23 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
         const int honest = cand[g0].step < first->step || seq < first->seq;
         for (int i = g0; honest && b && o && nb == no && i < g1 && rep->n_flips < TD_TIES_MAX; i++) {
             const td_act_tie *t = &cand[i];
-            if (t->src_elem >= (int64_t)nb || o[t->src_elem] != t->x) continue;
+            // a scaled source: the oracle rounded its tapped value times the
+            // scale, the arm its own f32 value times the f32 scale
+            const double sc = t->src_scale != 0 ? t->src_scale : 1;
+            if (t->src_elem >= (int64_t)nb || o[t->src_elem] * sc != t->x) continue;
             // the arm rounds its f32 value to nearest even, as the device converts it
-            if ((double)td_f16_to_f32(td_f32_to_f16((float)b[t->src_elem])) != t->pick) continue;
+            const float bv = t->src_scale != 0 ? (float)b[t->src_elem] * (float)sc : (float)b[t->src_elem];
+            const double side = td_f16_to_f32(td_f32_to_f16(bv));
+            if (side != t->pick) {
+                if (side == (double)td_f16_to_f32(td_f32_to_f16((float)t->x)) && !agreed_has(agreed, t)) {
+                    if (agreed->n == agreed->cap) {
+                        agreed->cap = agreed->cap ? 2 * agreed->cap : 64;
+                        agreed->v = td_xrealloc(agreed->v, (size_t)agreed->cap * sizeof *agreed->v);
+                    }
+                    agreed->v[agreed->n++] = *t;
+                }
+                continue;
+            }
             rep->read[rep->n_flips] = 1;
             rep->flips[rep->n_flips++] = *t;
             (*added)++;
@@ -115,12 +142,12 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
  * divergent tap. *log is the last rerun's (replaced). */
 static int read_rounds(const td_run_config *oracle, const td_run_config *control, const char *b_path,
                        const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_act_tie **log, int *n_log,
-                       td_err *err) {
+                       agreed_ties *agreed, td_err *err) {
     int rc = TD_OK;
     for (int round = 0; rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && round < TD_TIES_READ_ROUNDS;
          round++) {
         int added = 0;
-        if ((rc = read_arm_side(b_path, oracle->tap_path, td_cmp_tap_at(*r, (*r)->first), *log, *n_log, rep, &added,
+        if ((rc = read_arm_side(b_path, oracle->tap_path, td_cmp_tap_at(*r, (*r)->first), *log, *n_log, rep, agreed, &added,
                                 err)) ||
             !added)
             break;
@@ -153,9 +180,10 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     snprintf(try_path, sizeof try_path, "%s.ties.h5", oracle->tap_path);
     snprintf(try_ctrl, sizeof try_ctrl, "%s.ties.h5", control->tap_path);
     td_act_tie *log = NULL;
+    agreed_ties agreed = {0};
     int n_log = 0, rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
-    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, err) : rc;
+    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &agreed, err) : rc;
     while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && rep->n_flips < TD_TIES_MAX) {
         const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
         const int64_t step = first->step;
@@ -176,6 +204,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                             : pass == 1 ? log[i].step != step || !log[i].f16 || strcmp(log[i].tap, first->name)
                                         : log[i].step > step || !log[i].f16;
                 for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
+                if (!taken && log[i].f16) taken = agreed_has(&agreed, &log[i]);
                 for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
                 if (!taken) group[n_cand++] = i;
             }
@@ -225,10 +254,11 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
         }
         if (!kept) break;
         // the first divergence moved: the arm's taps before it may show more ties
-        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, err);
+        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &agreed, err);
     }
     td_ties_keep_near(rep, log, n_log);
     free(log);
+    free(agreed.v);
     remove(try_path);
     remove(try_ctrl);
     return rc;

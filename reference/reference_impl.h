@@ -976,7 +976,12 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     memcpy(kc + pos0 * Hkv * D, a->k, (size_t)(T * Hkv * D) * sizeof(real));
     memcpy(vc + pos0 * Hkv * D, a->v, (size_t)(T * Hkv * D) * sizeof(real));
     if (td_profile_kv_store_f16(&r->profile)) { // profile rounding point: an f16 cache
+        // the arm's side of each rounding shows in its K and V taps of this step (ties.h)
+        td_act_ties_source_of(a->k, 0);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
         ACT_ROUND(kc + pos0 * Hkv * D, kc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
+        td_act_ties_source_of(a->v, 0);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
         ACT_ROUND(vc + pos0 * Hkv * D, vc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
     }
     // a sparse QSA layer attends to the positions its indexer selects
@@ -999,6 +1004,11 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         // f16(Q*scale) with llama.cpp's f32 scale; q is not read after
         const float scale = 1.0f / sqrtf((float)D);
         for (int64_t i = 0; i < T * H * D; i++) a->q[i] *= (real)scale;
+        // the arm rounds its own Q tap times the scale (ties.h): its side
+        // of a near tie shows there
+        td_act_ties_source_of(a->q, 0);
+        td_act_ties_source_scale(scale);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         fa_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .g = fg, .T = T, .H = H, .Hkv = Hkv,
                     .D = D, .n_kv = pos0 + T, .sel = sel, .sel_w = sel_w, .tie_call = td_act_ties_reserve()};

@@ -989,3 +989,65 @@ Test(reference, f16_tie_sources_name_the_tapped_values, .init = make_tmpdir, .fi
     cr_log_info("%d f16 near ties, %d with a source", n, n_src);
     for (int k = 0; k < 8; k++) cr_assert_gt(seen[k], 0, "no near tie read from %s", kinds[k]);
 }
+
+/* The same for flash attention (fa-f16+fa-acc-f16): its f16 K and V cache
+ * stores read attn_k_rope and attn_v, and its f16(Q*scale) reads attn_q_rope
+ * times the scale (src_scale, llama.cpp's f32 1/sqrt(D)); those roundings
+ * also log values within TD_ACT_TIES_ROW_NEAR of the row's largest magnitude
+ * of a midpoint (small RoPE and matmul outputs), farther than
+ * TD_ACT_TIES_F16_TAU ulps. */
+Test(reference, f16_tie_sources_of_flash_attention, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512], taps[600];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("llama-f32", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    snprintf(taps, sizeof taps, "%s/ref.h5", tmpdir);
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = 3 + 7 * i;
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = path;
+    c.backend = "ref";
+    c.profile = "fa-f16+fa-acc-f16@8";
+    c.prompt = prompt;
+    c.n_prompt = 16;
+    c.n_steps = 2;
+    c.tap_path = taps;
+    td_run_result r;
+    td_act_tie *log = NULL;
+    int n = 0;
+    td_act_ties_begin(NULL, 0, 1.0 / 1024);
+    int rc = td_run(&c, &r, &err);
+    td_act_ties_end(&log, &n);
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    td_run_result_free(&r);
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, taps, &err), TD_OK, "%s", err.msg);
+    const char *kinds[] = {"attn_q_rope", "attn_k_rope", "attn_v"};
+    int seen[3] = {0}, wide[3] = {0};
+    const double scale = 1.0f / sqrtf(32.0f); // the fixture's head size
+    for (int i = 0; i < n; i++) {
+        const td_act_tie *t = &log[i];
+        if (!t->f16 || !t->src[0]) continue;
+        td_tap_info ti;
+        cr_assert_eq(td_tapfile_tap(f, t->step, t->src, &ti, &err), TD_OK, "tie %d: %s", i, err.msg);
+        cr_assert(t->src_elem >= 0 && (uint64_t)t->src_elem < ti.count, "tie %d: element %lld of %s", i,
+                  (long long)t->src_elem, t->src);
+        double *d = malloc(ti.count * sizeof *d);
+        cr_assert_eq(td_tapfile_read_f64(f, t->step, t->src, d, ti.count, &err), TD_OK, "%s", err.msg);
+        const char *base = strchr(t->src + 4, '.') + 1;
+        const int q = !strcmp(base, "attn_q_rope");
+        cr_assert_eq(t->src_scale, q ? scale : 0, "tie %d (%s): scale %.9g", i, t->src, t->src_scale);
+        cr_assert_eq(d[t->src_elem] * (q ? scale : 1), t->x, "tie %d (step %lld): %s[%lld] = %.17g, rounded %.17g", i,
+                     (long long)t->step, t->src, (long long)t->src_elem, d[t->src_elem], t->x);
+        free(d);
+        for (int k = 0; k < 3; k++)
+            if (!strcmp(base, kinds[k])) seen[k]++, wide[k] += fabs(t->v - floor(t->v) - 0.5) >= TD_ACT_TIES_F16_TAU;
+    }
+    td_tapfile_close(f);
+    free(log);
+    for (int k = 0; k < 3; k++) {
+        cr_log_info("%s: %d sourced f16 ties, %d beyond %.3g ulps of the midpoint", kinds[k], seen[k], wide[k],
+                    TD_ACT_TIES_F16_TAU);
+        cr_assert_gt(wide[k], 0, "no tie read from %s beyond the f16 tau (row window)", kinds[k]);
+    }
+}

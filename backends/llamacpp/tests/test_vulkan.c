@@ -279,6 +279,35 @@ Test(vulkan, f16_operand_tie_taken_and_conformant, .init = setup, .fini = teardo
     free(out);
 }
 
+/* Flash attention on a quantized model: llama-q8_0's Q/K/V come out of f16
+ * sums (acc-f16) equal in the oracle and its control, so only RoPE separates
+ * them and the control's f16(Q*scale) and f16(K) meet no flip: attn_ctx had
+ * a floor budget, and the arm's 7 flips (5 of them small RoPE outputs, not
+ * near ties by f16 ulps) read as a divergence (r 38.9; the fa-acc-f16 rule
+ * itself reproduces 5118 of 5120 of the arm's values from its own Q/K/V).
+ * The oracle reads the arm's side of those roundings from its attn_q_rope
+ * (times the scale) and attn_k_rope taps, the search then finds the one
+ * probability tie left (pair 156, position 36), and the arm is conformant. */
+Test(vulkan, flash_attention_quantized_rope_flips_read_from_the_arm, .init = setup, .fini = teardown) {
+    require_vulkan();
+    char forty[160] = "";
+    for (int i = 1; i <= 40; i++) snprintf(forty + strlen(forty), sizeof forty - strlen(forty), "%s%d", i > 1 ? "," : "", i);
+    const char *model = td_test_fixture(dir, "llama-q8_0");
+    char *out = NULL, v[128], f[64];
+    setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
+    int rc = bisect3(model, forty, "1", &out);
+    unsetenv("TD_LLAMACPP_FLASH_ATTN");
+    cr_assert_not_null(out, "bisect printed nothing (exit %d)", rc);
+    const char *bj = arm_b(out);
+    cr_log_info("llama-q8_0 FA on, 40 tokens: verdict %s, first divergent %s, ties %s", field(bj, "\"verdict\"", v, sizeof v),
+                field(bj, "\"first_tap\"", f, sizeof f), field(bj, "\"oracle_ties_taken\"", v + 64, 64));
+    cr_assert(strstr(field(bj, "\"profile\"", v, sizeof v), "fa-acc-f16@"), "profile %s", v);
+    cr_assert_eq(rc, 0, "three-arm bisect on llama-q8_0, FA on, 40 tokens: exit %d\n%.600s", rc, out);
+    cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
+    cr_assert_geq(atoi(field(bj, "\"oracle_ties_taken\"", v, sizeof v)), 7, "ties taken: %s", v);
+    free(out);
+}
+
 /* The error of tap `tap` at step `at` of candidate `cand` against `oracle`
  * (compare --json's per-tap record); -1 when it is not there. */
 static double tap_err_at(const char *oracle, const char *cand, const char *tap, int at) {
