@@ -68,7 +68,8 @@ static const char *const bisect_help =
     "                       explains), the oracle and its control rerun attending to B's\n"
     "                       positions there (both modes; TD_QSA_FOLLOW=0: off); the\n"
     "                       oracle's file records the rows (root attribute qsa_taken)\n"
-    "  --control-profile P  arithmetic profile of the control arm (default: the one B\n"
+    "  --control-profile P  arithmetic profile of the control arm (default: --a-profile's\n"
+    "                       when given and the control is ref or ref32, else the one B\n"
     "                       declares, e.g. act-q8+rope-f32-mul for llamacpp; native for\n"
     "                       ref32 and cpu)\n"
     "  --steps N            decode steps after the prefill (default 16)\n"
@@ -704,7 +705,12 @@ int td_cmd_bisect(int argc, char **argv) {
     // B's arithmetic as it declared it when it opened (from its device), so
     // the budget compares like with like; an external arm declares nothing: native
     const char *declared = !td_extarm_is(a.b) && rb.profile[0] ? rb.profile : "native";
-    if (!a.ctrl_profile) a.ctrl_profile = declared;
+    // Two-arm mode with --a-profile: the control computes with A's profile, so
+    // A and its control are the profile-matched pair the tie search needs
+    // (`--a-profile act-q8` against llamacpp, which declares act-q8+rope-f32-mul,
+    // kept its tie search); otherwise B's declared profile.
+    const int ctrl_profile_given = a.ctrl_profile != NULL;
+    if (!a.ctrl_profile) a.ctrl_profile = a.a_profile && ctrl && is_ref(a.ctrl) ? a.a_profile : declared;
     if (ctrl && !reuse_b &&
         (rc = run_arm(&a, m, a.ctrl, pc, prompt, n_prompt, fed, NULL, a.ctrl_profile, &rc_, &err)))
         goto out;
@@ -749,7 +755,10 @@ int td_cmd_bisect(int argc, char **argv) {
         snprintf(ctrl_line, sizeof ctrl_line, "control: %s (B's own run, profile %s)", a.ctrl, declared);
     else
         snprintf(ctrl_line, sizeof ctrl_line, "control: %s, profile %s (%s %s)", a.ctrl, a.ctrl_profile,
-                 strcmp(a.ctrl_profile, declared) ? "--control-profile; B declares" : "B declares", declared);
+                 !strcmp(a.ctrl_profile, declared) ? "B declares"
+                 : ctrl_profile_given          ? "--control-profile; B declares"
+                                               : "A's --a-profile; B declares",
+                 declared);
     if (a.json) {
         char *js = td_report_json(cr);
         // the control's profile is part of the verdict's meaning: add it to the object

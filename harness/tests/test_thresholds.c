@@ -268,15 +268,20 @@ Test(thresholds, rounding_tie_taken_by_the_oracle_is_no_false_alarm) {
 /* `tapdiff bisect` of ref under act-q8 against llamacpp on the fixture's
  * first token, files in DIR/bisect (A's and B's tap files named in pa, pb),
  * with the default control arm or none. Returns the exit status. */
-static int bisect_ref_llamacpp(const char *model, int control, char *pa, char *pb, size_t n, char **so, char **se) {
+static int bisect_ref_llamacpp_as(const char *model, const char *aprof, int control, char *pa, char *pb, size_t n,
+                                  char **so, char **se) {
     char out[512];
     snprintf(out, sizeof out, "%s/bisect", dir);
     snprintf(pa, n, "%s/A-ref.h5", out);
     snprintf(pb, n, "%s/B-llamacpp.h5", out);
-    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", "act-q8+rope-f32-mul",
+    const char *args[] = {"bisect", "--quiet", "--model", model, "--a", "ref", "--a-profile", aprof,
                           "--b", "llamacpp", "--tokens", "1", "--steps", "0", "--threads", "1", "--out-dir", out,
                           control ? NULL : "--control-arm", "none", NULL};
     return td_test_tapdiff_run(dir, so, se, args);
+}
+
+static int bisect_ref_llamacpp(const char *model, int control, char *pa, char *pb, size_t n, char **so, char **se) {
+    return bisect_ref_llamacpp_as(model, "act-q8+rope-f32-mul", control, pa, pb, n, so, se);
 }
 
 /* The same tie through the two-arm bisect: A = ref under B's profile
@@ -304,6 +309,20 @@ Test(thresholds, two_arm_bisect_takes_the_arms_side_of_a_tie_and_records_it) {
     (void)pb;
     free(taken), free(prof), free(so), free(se);
     td_tapfile_close(f);
+}
+
+/* `--a-profile act-q8`, the form from before llamacpp declared its rope rule:
+ * the control follows A's profile (not B's act-q8+rope-f32-mul), so A and the
+ * control are the matched pair the tie search needs and it still runs. */
+Test(thresholds, two_arm_bisect_with_the_older_profile_name_still_takes_the_tie) {
+    if (!available("llamacpp")) cr_skip_test("llamacpp cannot run here");
+    const char *model = td_test_fixture(dir, "qwen3moe-iq2_xxs");
+    char pa[600], pb[600];
+    char *so = NULL, *se = NULL;
+    const int st = bisect_ref_llamacpp_as(model, "act-q8", 1, pa, pb, sizeof pa, &so, &se);
+    cr_expect_eq(st, 0, "bisect exit %d:\n%s%s", st, so, se);
+    cr_expect(strstr(so, "the oracle took B's side of"), "%s", so);
+    free(so), free(se);
 }
 
 /* compare cannot rerun an arm: of two existing files, a divergence at the
