@@ -293,6 +293,21 @@ typedef struct small_growth {
     double gmax;
 } small_growth;
 
+// name's entry in a growable per-tap list of them (added with gmax = init).
+static small_growth *named_entry(small_growth **v, int *n, int *cap, const char *name, double init) {
+    int i = 0;
+    while (i < *n && strcmp((*v)[i].name, name)) i++;
+    if (i == *n) {
+        if (*n == *cap) {
+            *cap = *cap ? 2 * *cap : 16;
+            *v = td_xrealloc(*v, (size_t)*cap * sizeof **v);
+        }
+        snprintf((*v)[i].name, sizeof(*v)[i].name, "%s", name);
+        (*v)[(*n)++].gmax = init;
+    }
+    return &(*v)[i];
+}
+
 /* A sliding copy's slots (copy_carried): per slot, the control error of the
  * input it was copied from, as of `step`. */
 typedef struct copy_slots {
@@ -324,8 +339,6 @@ typedef struct ctx {
     int n_cs, cap_cs;
     small_growth *kc; // per cached input (K, V): its largest control error so far (in gmax)
     int n_kc, cap_kc;
-    double *carry; // per record of the step: the error it carries from earlier steps (carried_error), else 0
-    int64_t carry_n;
 } ctx;
 
 static void ensure_bufs(ctx *c, uint64_t n) {
@@ -737,18 +750,9 @@ static int is_qsa_scores(const char *name) {
  * bug that moves a score by a fraction of the layer's scale still shows. */
 static void qsa_scores_scale(ctx *c, td_cmp_tap *t, double amax, uint64_t n, double d2, double a2, int ctrl_data,
                              double cd2, double cx2) {
-    int i = 0;
-    while (i < c->n_qs && strcmp(c->qs[i].name, t->name)) i++;
-    if (i == c->n_qs) {
-        if (c->n_qs == c->cap_qs) {
-            c->cap_qs = c->cap_qs ? 2 * c->cap_qs : 8;
-            c->qs = td_xrealloc(c->qs, (size_t)c->cap_qs * sizeof *c->qs);
-        }
-        snprintf(c->qs[i].name, sizeof c->qs[i].name, "%s", t->name);
-        c->qs[c->n_qs++].gmax = 0;
-    }
-    if (isfinite(amax) && amax > c->qs[i].gmax) c->qs[i].gmax = amax;
-    const double s2 = (double)n * c->qs[i].gmax * c->qs[i].gmax;
+    small_growth *q = named_entry(&c->qs, &c->n_qs, &c->cap_qs, t->name, 0);
+    if (isfinite(amax) && amax > q->gmax) q->gmax = amax;
+    const double s2 = (double)n * q->gmax * q->gmax;
     if (!(s2 > a2) || !isfinite(t->err)) return;
     t->err = t->err_finite = sqrt(d2 / s2);
     if (ctrl_data && s2 > cx2) t->err_ctrl = sqrt(cd2 / s2);
@@ -1137,25 +1141,16 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double carried) {
     double g = 1.0;
     if (small_rows && !copy && in && t->ctrl != TD_CTRL_NONE && in->ctrl != TD_CTRL_NONE && in->err_ctrl > 0 &&
         isfinite(t->err_ctrl) && isfinite(in->err_ctrl)) {
-        int i = 0;
-        while (i < c->n_sg && strcmp(c->sg[i].name, t->name)) i++;
-        if (i == c->n_sg) {
-            if (c->n_sg == c->cap_sg) {
-                c->cap_sg = c->cap_sg ? 2 * c->cap_sg : 32;
-                c->sg = td_xrealloc(c->sg, (size_t)c->cap_sg * sizeof *c->sg);
-            }
-            snprintf(c->sg[i].name, sizeof c->sg[i].name, "%s", t->name);
-            c->sg[c->n_sg++].gmax = 0;
-        }
+        small_growth *e = named_entry(&c->sg, &c->n_sg, &c->cap_sg, t->name, 0);
         const double gi = t->err_ctrl / in->err_ctrl;
-        if (gi > c->sg[i].gmax) c->sg[i].gmax = gi;
-        if (c->sg[i].gmax > g) g = c->sg[i].gmax < TD_CMP_SMALL_GROWTH ? c->sg[i].gmax : TD_CMP_SMALL_GROWTH;
+        if (gi > e->gmax) e->gmax = gi;
+        if (e->gmax > g) g = e->gmax < TD_CMP_SMALL_GROWTH ? e->gmax : TD_CMP_SMALL_GROWTH;
     }
     if ((small || copy) && in && !isnan(in->err_ctrl_used)) {
         const double from_in = copy ? copy_carried(c, t, axis, in->err_ctrl_used) : in->err_ctrl_used * g;
         if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
     }
-    // The error carried from earlier steps' cached rows (carried_error).
+    // The error carried from earlier steps' cached rows (cached_inputs).
     if (!isnan(carried) && (isnan(t->err_ctrl_used) || carried > t->err_ctrl_used)) t->err_ctrl_used = carried;
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
     t->budget = kc > fl ? kc : fl;
@@ -1346,9 +1341,20 @@ static const td_cmp_tap *growth(ctx *c, int64_t step_first, td_cmp_tap *t) {
     return best;
 }
 
-// The largest control error (as used) of the cached inputs t reads
-// (td_tap_catalog_cached_groups) over this step and the earlier ones; NAN
-// when t reads none or none had a control.
+// The control error t carries from rows earlier steps cached: attention
+// reads the K/V rows every earlier step wrote, with the error those steps
+// measured (a prefill's f16 operands), which the step's own taps do not show;
+// a one-token step's control error is one draw of it through one query
+// (qwen4exp-f32 on the Vulkan arm, 40-token prefill: 3.4e-5 to 1.9e-4 at
+// blk.1.attn_ctx over the decode steps, the prefill's K/V rows 1.0e-4; the
+// arm 1.6e-4 at step 5 where the control drew 3.7e-5). Such a reader carries
+// its cached inputs' largest error unamplified. The taps after it do not:
+// their growth chained link by link (the control's, step by step) compounds,
+// and loosened the f32 budgets downstream (test_thresholds: 3e-6 at
+// llama-f32's blk.1.ffn_up no longer caught). This is the largest control
+// error (as used) of the cached inputs t reads (td_tap_catalog_cached_groups)
+// over this step and the earlier ones; NAN when t reads none or none had a
+// control.
 static double cached_inputs(ctx *c, int64_t step_first, const td_cmp_tap *t) {
     if (t->method == TD_CMP_INTEGER) return NAN;
     const td_tap_entry *e = td_tap_catalog_find(t->name, NULL);
@@ -1363,39 +1369,13 @@ static double cached_inputs(ctx *c, int64_t step_first, const td_cmp_tap *t) {
         for (int a = 0; a < 3 && groups[g][a][0]; a++) {
             const td_cmp_tap *in = step_result(c, step_first, groups[g][a]);
             if (!in || in->method == TD_CMP_INTEGER || in->seq >= t->seq) continue;
-            int i = 0;
-            while (i < c->n_kc && strcmp(c->kc[i].name, in->name)) i++;
-            if (i == c->n_kc) {
-                if (c->n_kc == c->cap_kc) {
-                    c->cap_kc = c->cap_kc ? 2 * c->cap_kc : 32;
-                    c->kc = td_xrealloc(c->kc, (size_t)c->cap_kc * sizeof *c->kc);
-                }
-                snprintf(c->kc[i].name, sizeof c->kc[i].name, "%s", in->name);
-                c->kc[c->n_kc++].gmax = NAN;
-            }
-            if (!isnan(in->err_ctrl_used) && (isnan(c->kc[i].gmax) || in->err_ctrl_used > c->kc[i].gmax))
-                c->kc[i].gmax = in->err_ctrl_used;
-            if (!isnan(c->kc[i].gmax) && (isnan(m) || c->kc[i].gmax > m)) m = c->kc[i].gmax;
+            small_growth *k = named_entry(&c->kc, &c->n_kc, &c->cap_kc, in->name, NAN);
+            if (!isnan(in->err_ctrl_used) && (isnan(k->gmax) || in->err_ctrl_used > k->gmax)) k->gmax = in->err_ctrl_used;
+            if (!isnan(k->gmax) && (isnan(m) || k->gmax > m)) m = k->gmax;
             break;
         }
     }
     return m;
-}
-
-// The control error t carries from rows earlier steps cached: attention
-// reads the K/V rows every earlier step wrote, with the error those steps
-// measured (a prefill's f16 operands), which the step's own taps do not show;
-// a one-token step's control error is one draw of it through one query
-// (qwen4exp-f32 on the Vulkan arm, 40-token prefill: 3.4e-5 to 1.9e-4 at
-// blk.1.attn_ctx over the decode steps, the prefill's K/V rows 1.0e-4; the
-// arm 1.6e-4 at step 5 where the control drew 3.7e-5). Such a reader carries
-// its cached inputs' largest error unamplified. The taps after it do not:
-// their growth chained link by link (the control's, step by step) compounds,
-// and loosened the f32 budgets downstream (test_thresholds: 3e-6 at
-// llama-f32's blk.1.ffn_up no longer caught). NAN when nothing is carried.
-static double carried_error(ctx *c, int64_t step_first, const td_cmp_tap *t, const td_cmp_tap *in) {
-    (void)in;
-    return cached_inputs(c, step_first, t);
 }
 
 /* ------------------------------------------------------------ driver */
@@ -1503,10 +1483,6 @@ static int compare_step(ctx *c, int64_t s, td_err *err) {
     if ((st = check_tokens(c, s, err))) return st;
 
     c->res_of = td_xrealloc(c->res_of, sizeof *c->res_of * (size_t)(c->B.n ? c->B.n : 1));
-    if (c->carry_n < c->B.n) {
-        c->carry = td_xrealloc(c->carry, sizeof *c->carry * (size_t)c->B.n);
-        c->carry_n = c->B.n;
-    }
     unsigned char *seen = td_xcalloc((size_t)(c->A.n ? c->A.n : 1), 1);
     int64_t step_first = r->n_taps;
     for (int64_t j = 0; j < c->B.n; j++) c->res_of[j] = -1;
@@ -1537,9 +1513,7 @@ static int compare_step(ctx *c, int64_t s, td_err *err) {
             st = cmp_float(c, s, a, b, t, err);
         if (st) break;
         const td_cmp_tap *in = growth(c, step_first, t);
-        const double carried = carried_error(c, step_first, t, in);
-        judge(c, t, in, carried);
-        c->carry[idx - step_first] = isnan(carried) ? 0.0 : carried;
+        judge(c, t, in, cached_inputs(c, step_first, t));
         c->res_of[j] = idx;
         if (t->method == TD_CMP_DATA) r->n_data++;
         if (t->method == TD_CMP_FINGERPRINT) r->n_fingerprint++;
@@ -1923,7 +1897,6 @@ fail:
     for (int i = 0; i < c.n_cs; i++) free(c.cs[i].src);
     free(c.cs);
     free(c.kc);
-    free(c.carry);
     free(c.qs);
     if (st) {
         td_cmp_result_free(r);
