@@ -898,7 +898,7 @@ ParameterizedTest(int *i, compare, ref32_vs_ref_is_conformant_on_every_fixture, 
     td_cmp_result_free(r);
 }
 
-Test(compare, planted_perturbation_in_a_real_reference_file, .timeout = 120) {
+Test(compare, planted_perturbation_in_a_real_reference_file, .timeout = 300) {
     need_reference();
     char out[8192];
     cr_assert_eq(bisect_fixture("llama-q8_0", 4, out, sizeof out), 0, "%s", out);
@@ -923,7 +923,7 @@ Test(compare, planted_perturbation_in_a_real_reference_file, .timeout = 120) {
     td_cmp_result_free(r);
 }
 
-Test(compare, changed_router_pick_in_a_real_moe_file, .timeout = 120) {
+Test(compare, changed_router_pick_in_a_real_moe_file, .timeout = 300) {
     need_reference();
     char out[8192];
     cr_assert_eq(bisect_fixture("qwen3moe-q8_0", 3, out, sizeof out), 0, "%s", out);
@@ -1275,7 +1275,7 @@ Test(compare, attention_carries_the_cached_rows_control_error) {
  * control's one row shrank it; r 1.07 while only decode steps taught the
  * growth, 0.68 with the prefill's 1.37). The fault catalog's router faults
  * (test_faults) keep that tap's detection. */
-Test(compare, small_tap_growth_is_learnt_from_the_prefill_rows, .timeout = 120) {
+Test(compare, small_tap_growth_is_learnt_from_the_prefill_rows, .timeout = 300) {
     need_reference();
     char path[400], toks[160] = "1", out[16384];
     td_err e;
