@@ -726,7 +726,7 @@ Test(cpu_forward, logits_last_is_the_last_row_act_q8) { logits_last_case("act-q8
 /* bisect --a ref --b cpu on both qwen3next fixtures with prompts of 1, 8 and
  * 80 tokens (80 spans two GDN chunks of 64, the second one partial), 16
  * decode steps (the sequential form); the cpu arm's native f32 arithmetic. */
-Test(cpu_conformance, qwen3next_chunked_prefill_and_decode, .timeout = 600) {
+Test(cpu_conformance, qwen3next_chunked_prefill_and_decode, .timeout = 400) {
     const char *td = getenv("TD_TAPDIFF");
     if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
     make_tmpdir();
