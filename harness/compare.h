@@ -50,6 +50,11 @@
  *           one noisy draw (two honest arms differ by 5-10x on a 2-value
  *           moe_weights), while the error such a tap inherits is measured
  *           over many values upstream. A bug there is still O(1e-2..1).
+ *  cached rows: attention reads K/V rows earlier steps cached, with their
+ *           control error, which a one-token step's own control error is
+ *           one draw of; attn_ctx/attn_probs take it, and every tap after
+ *           them takes what its inputs carry (at most each one's own error)
+ *           times the control's growth on that link at that step.
  *  k = 4 by default: the control and the candidate are both honest
  *           roundings of the same computation; a different but correct
  *           implementation (blocked or FMA sums, other reduction trees) is
@@ -211,7 +216,12 @@ typedef struct td_cmp_tap {
                              < TD_CMP_SMALL_TAP values the larger of it and its
                              input's err_ctrl_used times the largest control
                              growth (err_ctrl / input's err_ctrl, >= 1) this
-                             tap showed so far; NaN = none */
+                             tap showed so far; at least the error of rows
+                             cached by earlier steps that it reads or its
+                             inputs carry (see `carried`); NaN = none */
+    double carried;  /* the error of rows cached by earlier steps this tap
+                        passes on to its consumers (attention's K/V cache:
+                        compare.c, cached_inputs and carried_on); NaN = none */
     double floor;    /* the floor used for this tap */
     double budget;   /* max(k err_ctrl_used, floor) */
     double ratio;    /* err / budget */
