@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -73,6 +74,31 @@ void td_taps_h5_quiet(void) {
 }
 
 /* ---------------------------------------------------------------- reader */
+
+// The library's predefined types the reader asks for, taken once: each use
+// of a name like H5T_NATIVE_INT64 is a call into the library (H5open), ~17
+// per tap checked. Their ids last as long as the library.
+static struct {
+    hid_t i32, i64, u64, f64, le[6];
+} h5t;
+static pthread_once_t h5t_once = PTHREAD_ONCE_INIT;
+
+static void h5t_take(void) {
+    h5t.i32 = H5T_NATIVE_INT32;
+    h5t.i64 = H5T_NATIVE_INT64;
+    h5t.u64 = H5T_NATIVE_UINT64;
+    h5t.f64 = H5T_NATIVE_DOUBLE;
+    h5t.le[TD_DT_F64] = H5T_IEEE_F64LE;
+    h5t.le[TD_DT_F32] = H5T_IEEE_F32LE;
+    h5t.le[TD_DT_F16] = H5T_STD_U16LE;
+    h5t.le[TD_DT_BF16] = H5T_STD_U16LE;
+    h5t.le[TD_DT_I32] = H5T_STD_I32LE;
+    h5t.le[TD_DT_I64] = H5T_STD_I64LE;
+}
+
+static void h5t_init(void) {
+    pthread_once(&h5t_once, h5t_take);
+}
 
 // The step td_tapfile_step_taps listed last: its group stays open and its
 // taps' checked attributes are kept, so reading their data does not open the
@@ -220,10 +246,21 @@ static int attr_read(const char *path, hid_t obj, const char *where, const char 
     int as_read = H5Tequal(type, mtype) > 0;
     // The schema's int32 scalars read as int64 (layer, has_data, complete):
     // read as they are stored and widened here, without HDF5's conversion.
-    int as_i32 = !as_read && mtype == H5T_NATIVE_INT64 && max_n == 1 && H5Tequal(type, H5T_NATIVE_INT32) > 0;
+    int as_i32 = !as_read && mtype == h5t.i64 && max_n == 1 && H5Tequal(type, h5t.i32) > 0;
     H5T_class_t got = as_read || as_i32 ? cls : H5Tget_class(type);
-    int rank = H5Sget_simple_extent_ndims(space);
-    hssize_t npoints = H5Sget_simple_extent_npoints(space);
+    // A scalar (most of the schema) is known in one call, an array by its
+    // extent; rank and count as H5Sget_simple_extent_ndims/_npoints say.
+    H5S_class_t sclass = H5Sget_simple_extent_type(space);
+    int rank = sclass == H5S_SCALAR || sclass == H5S_NULL ? 0 : -1;
+    hssize_t npoints = sclass == H5S_SCALAR ? 1 : sclass == H5S_NULL ? 0 : -1;
+    if (sclass == H5S_SIMPLE) {
+        hsize_t dims[H5S_MAX_RANK];
+        if ((rank = H5Sget_simple_extent_dims(space, dims, NULL)) >= 0) {
+            hsize_t p = 1;
+            for (int d = 0; d < rank; d++) p *= dims[d];
+            npoints = (hssize_t)p;
+        }
+    }
     if (got != cls || rank < 0 || rank > 1 || npoints < min_n || npoints > max_n) {
         td_err_set(err, TD_EINPUT,
                    "tap file %s: %s: attribute '%s' should be %s %s of %lld..%lld values; found HDF5 class %d, "
@@ -241,7 +278,7 @@ static int attr_read(const char *path, hid_t obj, const char *where, const char 
     }
     if (as_i32) {
         int32_t v;
-        if (!H5OK(H5Aread(attr, H5T_NATIVE_INT32, &v))) goto close_space;
+        if (!H5OK(H5Aread(attr, h5t.i32, &v))) goto close_space;
         *(int64_t *)buf = v;
     } else if (!H5OK(H5Aread(attr, mtype, buf))) {
         goto close_space;
@@ -260,15 +297,15 @@ close_attr:
 }
 
 static int attr_i64(const char *path, hid_t obj, const char *where, const char *name, int64_t *v, td_err *err) {
-    return attr_read(path, obj, where, name, H5T_INTEGER, H5T_NATIVE_INT64, 1, 1, v, NULL, err);
+    return attr_read(path, obj, where, name, H5T_INTEGER, h5t.i64, 1, 1, v, NULL, err);
 }
 
 static int attr_u64(const char *path, hid_t obj, const char *where, const char *name, uint64_t *v, td_err *err) {
-    return attr_read(path, obj, where, name, H5T_INTEGER, H5T_NATIVE_UINT64, 1, 1, v, NULL, err);
+    return attr_read(path, obj, where, name, H5T_INTEGER, h5t.u64, 1, 1, v, NULL, err);
 }
 
 static int attr_f64(const char *path, hid_t obj, const char *where, const char *name, double *v, td_err *err) {
-    return attr_read(path, obj, where, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, 1, v, NULL, err);
+    return attr_read(path, obj, where, name, H5T_FLOAT, h5t.f64, 1, 1, v, NULL, err);
 }
 
 // A scalar string attribute, fixed or variable length; *out td_xmalloc'd.
@@ -386,6 +423,7 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
         return td_err_set(err, TD_EINPUT, "tap file %s: not an HDF5 file%s%s", path, is_h5 < 0 ? ": " : "",
                           is_h5 < 0 ? td_taps_h5_last() : " (no HDF5 signature)");
 
+    h5t_init();
     td_tapfile *f = td_xcalloc(1, sizeof *f);
     f->path = td_xstrdup(path);
     f->file = f->steps = H5I_INVALID_HID;
@@ -950,15 +988,7 @@ out:
 
 // The file type tapdiff writes for each dtype (little-endian).
 static hid_t stored_le(td_dtype dt) {
-    switch (dt) {
-    case TD_DT_F64: return H5T_IEEE_F64LE;
-    case TD_DT_F32: return H5T_IEEE_F32LE;
-    case TD_DT_F16:
-    case TD_DT_BF16: return H5T_STD_U16LE;
-    case TD_DT_I32: return H5T_STD_I32LE;
-    case TD_DT_I64: return H5T_STD_I64LE;
-    }
-    return H5I_INVALID_HID;
+    return (int)dt >= 0 && (int)dt < N_DTYPES ? h5t.le[dt] : H5I_INVALID_HID;
 }
 
 // Expected HDF5 storage of each dtype: class, size, signedness.
@@ -995,7 +1025,7 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
     int st;
     if ((st = attr_i64(p, dset, where, "seq", &t->seq, err)) || (st = attr_i64(p, dset, where, "layer", &layer, err)) ||
         (st = attr_string(p, dset, where, "dtype", &dtype, err)) ||
-        (st = attr_read(p, dset, where, "shape", H5T_INTEGER, H5T_NATIVE_INT64, 1, TD_TAP_MAX_DIMS, shape, &ndim,
+        (st = attr_read(p, dset, where, "shape", H5T_INTEGER, h5t.i64, 1, TD_TAP_MAX_DIMS, shape, &ndim,
                         err)) ||
         (st = attr_i64(p, dset, where, "has_data", &has_data, err)) ||
         (st = attr_u64(p, dset, where, "fp_count", &t->fp.count, err)) ||
@@ -1007,7 +1037,7 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
         (st = attr_f64(p, dset, where, "fp_sum", &t->fp.sum, err)) ||
         (st = attr_f64(p, dset, where, "fp_sumabs", &t->fp.sum_abs, err)) ||
         (st = attr_f64(p, dset, where, "fp_sumsq", &t->fp.sum_sq, err)) ||
-        (st = attr_read(p, dset, where, "fp_first", H5T_FLOAT, H5T_NATIVE_DOUBLE, 4, 4, t->fp.first, NULL, err)))
+        (st = attr_read(p, dset, where, "fp_first", H5T_FLOAT, h5t.f64, 4, 4, t->fp.first, NULL, err)))
         goto out;
     st = TD_EINPUT;
     if (layer < -1 || layer > INT32_MAX) {
