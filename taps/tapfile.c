@@ -1085,17 +1085,18 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
         goto out;
     }
     if (!H5OK(space = H5Dget_space(dset))) goto h5fail;
-    H5S_class_t scls = H5Sget_simple_extent_type(space);
+    // With data: the extent has the shape's rank (at least 1: only a simple
+    // extent has one). Without: a null extent.
     hsize_t dims[H5S_MAX_RANK];
-    int rank = scls == H5S_SIMPLE ? H5Sget_simple_extent_dims(space, dims, NULL) : 0;
-    H5Sclose(space);
-    int space_ok = 1;
+    int space_ok;
     if (t->has_data) {
-        space_ok = scls == H5S_SIMPLE && rank == t->ndim;
+        int rank = H5Sget_simple_extent_dims(space, dims, NULL);
+        space_ok = rank >= 1 && rank == t->ndim;
         for (int d = 0; space_ok && d < rank; d++) space_ok = dims[d] == (hsize_t)t->shape[d];
     } else {
-        space_ok = scls == H5S_NULL;
+        space_ok = H5Sget_simple_extent_type(space) == H5S_NULL;
     }
+    H5Sclose(space);
     if (!space_ok) {
         td_err_set(err, st, "tap file %s: %s: the dataset's dataspace does not match %s", p, where,
                    t->has_data ? "its shape attribute" : "has_data = 0 (expected a null dataspace)");
@@ -1540,7 +1541,7 @@ static int locate(hid_t dset, cat_tap *ct, uint64_t file_size, int le) {
 #else
     (void)le;
 #endif
-    H5Eclear2(H5E_DEFAULT);
+    if (!ok) H5Eclear2(H5E_DEFAULT); // what a refused layout left on the error stack
     return ok;
 }
 
