@@ -11,6 +11,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <fcntl.h>
+#include <pthread.h>
 #include <signal.h>
 #include <sys/resource.h>
 #include <sys/stat.h>
@@ -73,6 +74,31 @@ void td_taps_h5_quiet(void) {
 }
 
 /* ---------------------------------------------------------------- reader */
+
+// The library's predefined types the reader asks for, taken once: each use
+// of a name like H5T_NATIVE_INT64 is a call into the library (H5open), ~17
+// per tap checked. Their ids last as long as the library.
+static struct {
+    hid_t i32, i64, u64, f64, le[6];
+} h5t;
+static pthread_once_t h5t_once = PTHREAD_ONCE_INIT;
+
+static void h5t_take(void) {
+    h5t.i32 = H5T_NATIVE_INT32;
+    h5t.i64 = H5T_NATIVE_INT64;
+    h5t.u64 = H5T_NATIVE_UINT64;
+    h5t.f64 = H5T_NATIVE_DOUBLE;
+    h5t.le[TD_DT_F64] = H5T_IEEE_F64LE;
+    h5t.le[TD_DT_F32] = H5T_IEEE_F32LE;
+    h5t.le[TD_DT_F16] = H5T_STD_U16LE;
+    h5t.le[TD_DT_BF16] = H5T_STD_U16LE;
+    h5t.le[TD_DT_I32] = H5T_STD_I32LE;
+    h5t.le[TD_DT_I64] = H5T_STD_I64LE;
+}
+
+static void h5t_init(void) {
+    pthread_once(&h5t_once, h5t_take);
+}
 
 // The step td_tapfile_step_taps listed last: its group stays open and its
 // taps' checked attributes are kept, so reading their data does not open the
@@ -218,9 +244,23 @@ static int attr_read(const char *path, hid_t obj, const char *where, const char 
     // Stored as the type it is read into (what tapdiff writes): a sane
     // number of the expected class, known in one call instead of four.
     int as_read = H5Tequal(type, mtype) > 0;
-    H5T_class_t got = as_read ? cls : H5Tget_class(type);
-    int rank = H5Sget_simple_extent_ndims(space);
-    hssize_t npoints = H5Sget_simple_extent_npoints(space);
+    // The schema's int32 scalars read as int64 (layer, has_data, complete):
+    // read as they are stored and widened here, without HDF5's conversion.
+    int as_i32 = !as_read && mtype == h5t.i64 && max_n == 1 && H5Tequal(type, h5t.i32) > 0;
+    H5T_class_t got = as_read || as_i32 ? cls : H5Tget_class(type);
+    // A scalar (most of the schema) is known in one call, an array by its
+    // extent; rank and count as H5Sget_simple_extent_ndims/_npoints say.
+    H5S_class_t sclass = H5Sget_simple_extent_type(space);
+    int rank = sclass == H5S_SCALAR || sclass == H5S_NULL ? 0 : -1;
+    hssize_t npoints = sclass == H5S_SCALAR ? 1 : sclass == H5S_NULL ? 0 : -1;
+    if (sclass == H5S_SIMPLE) {
+        hsize_t dims[H5S_MAX_RANK];
+        if ((rank = H5Sget_simple_extent_dims(space, dims, NULL)) >= 0) {
+            hsize_t p = 1;
+            for (int d = 0; d < rank; d++) p *= dims[d];
+            npoints = (hssize_t)p;
+        }
+    }
     if (got != cls || rank < 0 || rank > 1 || npoints < min_n || npoints > max_n) {
         td_err_set(err, TD_EINPUT,
                    "tap file %s: %s: attribute '%s' should be %s %s of %lld..%lld values; found HDF5 class %d, "
@@ -230,13 +270,19 @@ static int attr_read(const char *path, hid_t obj, const char *where, const char 
         reported = 1;
         goto close_space;
     }
-    if (!as_read && !numeric_type_sane(type)) {
+    if (!as_read && !as_i32 && !numeric_type_sane(type)) {
         td_err_set(err, TD_EINPUT, "tap file %s: %s: attribute '%s' has a damaged HDF5 number type", path, where,
                    name);
         reported = 1;
         goto close_space;
     }
-    if (!H5OK(H5Aread(attr, mtype, buf))) goto close_space;
+    if (as_i32) {
+        int32_t v;
+        if (!H5OK(H5Aread(attr, h5t.i32, &v))) goto close_space;
+        *(int64_t *)buf = v;
+    } else if (!H5OK(H5Aread(attr, mtype, buf))) {
+        goto close_space;
+    }
     if (n) *n = npoints;
     st = TD_OK;
 close_space:
@@ -251,15 +297,15 @@ close_attr:
 }
 
 static int attr_i64(const char *path, hid_t obj, const char *where, const char *name, int64_t *v, td_err *err) {
-    return attr_read(path, obj, where, name, H5T_INTEGER, H5T_NATIVE_INT64, 1, 1, v, NULL, err);
+    return attr_read(path, obj, where, name, H5T_INTEGER, h5t.i64, 1, 1, v, NULL, err);
 }
 
 static int attr_u64(const char *path, hid_t obj, const char *where, const char *name, uint64_t *v, td_err *err) {
-    return attr_read(path, obj, where, name, H5T_INTEGER, H5T_NATIVE_UINT64, 1, 1, v, NULL, err);
+    return attr_read(path, obj, where, name, H5T_INTEGER, h5t.u64, 1, 1, v, NULL, err);
 }
 
 static int attr_f64(const char *path, hid_t obj, const char *where, const char *name, double *v, td_err *err) {
-    return attr_read(path, obj, where, name, H5T_FLOAT, H5T_NATIVE_DOUBLE, 1, 1, v, NULL, err);
+    return attr_read(path, obj, where, name, H5T_FLOAT, h5t.f64, 1, 1, v, NULL, err);
 }
 
 // A scalar string attribute, fixed or variable length; *out td_xmalloc'd.
@@ -377,6 +423,7 @@ static int open_inprocess(td_tapfile **out, const char *path, td_err *err) {
         return td_err_set(err, TD_EINPUT, "tap file %s: not an HDF5 file%s%s", path, is_h5 < 0 ? ": " : "",
                           is_h5 < 0 ? td_taps_h5_last() : " (no HDF5 signature)");
 
+    h5t_init();
     td_tapfile *f = td_xcalloc(1, sizeof *f);
     f->path = td_xstrdup(path);
     f->file = f->steps = H5I_INVALID_HID;
@@ -939,6 +986,11 @@ out:
     return st;
 }
 
+// The file type tapdiff writes for each dtype (little-endian).
+static hid_t stored_le(td_dtype dt) {
+    return (int)dt >= 0 && (int)dt < N_DTYPES ? h5t.le[dt] : H5I_INVALID_HID;
+}
+
 // Expected HDF5 storage of each dtype: class, size, signedness.
 static int storage_matches(td_dtype dt, hid_t type) {
     H5T_class_t cls = H5Tget_class(type);
@@ -955,8 +1007,9 @@ static int storage_matches(td_dtype dt, hid_t type) {
     return 0;
 }
 
-// Reads and checks one tap's attributes and storage. dset is open.
-static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const char *name, td_tap_info *t,
+// Reads and checks one tap's attributes and storage. dset is open. *le
+// (may be NULL): the values are stored as little-endian numbers.
+static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const char *name, td_tap_info *t, int *le,
                     td_err *err) {
     char where[48 + TD_TAP_NAME_MAX];
     snprintf(where, sizeof where, "/steps/%s/%s", step, name);
@@ -972,7 +1025,7 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
     int st;
     if ((st = attr_i64(p, dset, where, "seq", &t->seq, err)) || (st = attr_i64(p, dset, where, "layer", &layer, err)) ||
         (st = attr_string(p, dset, where, "dtype", &dtype, err)) ||
-        (st = attr_read(p, dset, where, "shape", H5T_INTEGER, H5T_NATIVE_INT64, 1, TD_TAP_MAX_DIMS, shape, &ndim,
+        (st = attr_read(p, dset, where, "shape", H5T_INTEGER, h5t.i64, 1, TD_TAP_MAX_DIMS, shape, &ndim,
                         err)) ||
         (st = attr_i64(p, dset, where, "has_data", &has_data, err)) ||
         (st = attr_u64(p, dset, where, "fp_count", &t->fp.count, err)) ||
@@ -984,7 +1037,7 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
         (st = attr_f64(p, dset, where, "fp_sum", &t->fp.sum, err)) ||
         (st = attr_f64(p, dset, where, "fp_sumabs", &t->fp.sum_abs, err)) ||
         (st = attr_f64(p, dset, where, "fp_sumsq", &t->fp.sum_sq, err)) ||
-        (st = attr_read(p, dset, where, "fp_first", H5T_FLOAT, H5T_NATIVE_DOUBLE, 4, 4, t->fp.first, NULL, err)))
+        (st = attr_read(p, dset, where, "fp_first", H5T_FLOAT, h5t.f64, 4, 4, t->fp.first, NULL, err)))
         goto out;
     st = TD_EINPUT;
     if (layer < -1 || layer > INT32_MAX) {
@@ -1021,7 +1074,10 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
     // The stored data must be what the attributes describe.
     hid_t type, space;
     if (!H5OK(type = H5Dget_type(dset))) goto h5fail;
-    int type_ok = storage_matches(t->dtype, type);
+    // What tapdiff writes is known in one call, the rest by its parts.
+    int type_le = H5Tequal(type, stored_le(t->dtype)) > 0;
+    int type_ok = type_le || storage_matches(t->dtype, type);
+    if (le) *le = type_le || (type_ok && H5Tget_order(type) == H5T_ORDER_LE);
     H5Tclose(type);
     if (!type_ok) {
         td_err_set(err, st, "tap file %s: %s: stored HDF5 type does not match dtype %s (expected %s)", p, where,
@@ -1029,17 +1085,18 @@ static int load_tap(const td_tapfile *f, hid_t dset, const char *step, const cha
         goto out;
     }
     if (!H5OK(space = H5Dget_space(dset))) goto h5fail;
-    H5S_class_t scls = H5Sget_simple_extent_type(space);
+    // With data: the extent has the shape's rank (at least 1: only a simple
+    // extent has one). Without: a null extent.
     hsize_t dims[H5S_MAX_RANK];
-    int rank = scls == H5S_SIMPLE ? H5Sget_simple_extent_dims(space, dims, NULL) : 0;
-    H5Sclose(space);
-    int space_ok = 1;
+    int space_ok;
     if (t->has_data) {
-        space_ok = scls == H5S_SIMPLE && rank == t->ndim;
+        int rank = H5Sget_simple_extent_dims(space, dims, NULL);
+        space_ok = rank >= 1 && rank == t->ndim;
         for (int d = 0; space_ok && d < rank; d++) space_ok = dims[d] == (hsize_t)t->shape[d];
     } else {
-        space_ok = scls == H5S_NULL;
+        space_ok = H5Sget_simple_extent_type(space) == H5S_NULL;
     }
+    H5Sclose(space);
     if (!space_ok) {
         td_err_set(err, st, "tap file %s: %s: the dataset's dataspace does not match %s", p, where,
                    t->has_data ? "its shape attribute" : "has_data = 0 (expected a null dataspace)");
@@ -1056,7 +1113,7 @@ out:
 
 // listed: the name came from listing the group, so it exists (no lookup).
 static int open_tap(const td_tapfile *f, hid_t g, const char *step, const char *name, int listed, hid_t *dset,
-                    td_tap_info *info, td_err *err) {
+                    td_tap_info *info, int *le, td_err *err) {
     htri_t ex = 1;
     if (!name || !*name || strchr(name, '/') || (!listed && !H5OK(ex = H5Lexists(g, name, H5P_DEFAULT))) || !ex)
         return td_err_set(err, TD_EINPUT, "tap file %s: step %s has no tap '%s'", f->path, step,
@@ -1064,7 +1121,7 @@ static int open_tap(const td_tapfile *f, hid_t g, const char *step, const char *
     if (!H5OK(*dset = H5Dopen2(g, name, H5P_DEFAULT)))
         return td_err_set(err, TD_EINPUT, "tap file %s: /steps/%s/%s is not a dataset (%s)", f->path, step, name,
                           td_taps_h5_last());
-    int st = load_tap(f, *dset, step, name, info, err);
+    int st = load_tap(f, *dset, step, name, info, le, err);
     if (st) H5Dclose(*dset);
     return st;
 }
@@ -1088,7 +1145,7 @@ static int by_seq(const void *a, const void *b) {
     return (x->seq > y->seq) - (x->seq < y->seq);
 }
 
-static int locate(hid_t dset, cat_tap *ct, uint64_t file_size);
+static int locate(hid_t dset, cat_tap *ct, uint64_t file_size, int le);
 
 static int ct_by_seq(const void *a, const void *b) {
     return by_seq(&((const cat_tap *)a)->info, &((const cat_tap *)b)->info);
@@ -1124,9 +1181,11 @@ static int list_step(const td_tapfile *f, int64_t step, uint64_t file_size, cat_
     t = td_xcalloc(l.n ? (size_t)l.n : 1, sizeof *t);
     for (int i = 0; i < l.n; i++) {
         hid_t dset;
-        if ((st = open_tap(f, g, name, l.names[i], 1, &dset, &t[i].info, err))) goto out;
+        int le = 0;
+        if ((st = open_tap(f, g, name, l.names[i], 1, &dset, &t[i].info, &le, err))) goto out;
         t[i].raw_off = -1;
-        if (file_size && t[i].info.has_data && t[i].info.count) t[i].contiguous = locate(dset, &t[i], file_size);
+        if (file_size && t[i].info.has_data && t[i].info.count)
+            t[i].contiguous = locate(dset, &t[i], file_size, le);
         H5Dclose(dset);
     }
     qsort(t, (size_t)l.n, sizeof *t, ct_by_seq);
@@ -1184,7 +1243,7 @@ int td_tapfile_tap(const td_tapfile *f, int64_t step, const char *name, td_tap_i
     hid_t g, dset;
     int st = open_step(f, step, &g, sname, err);
     if (st) return st;
-    if (!(st = open_tap(f, g, sname, name, 0, &dset, info, err))) H5Dclose(dset);
+    if (!(st = open_tap(f, g, sname, name, 0, &dset, info, NULL, err))) H5Dclose(dset);
     H5Gclose(g);
     return st;
 }
@@ -1315,7 +1374,7 @@ static int read_rows(const td_tapfile *f, int64_t step, const char *name, int64_
         own_dset = 0;
     } else {
         if ((st = open_step(f, step, &g, sname, err))) return st;
-        if ((st = open_tap(f, g, sname, name, 0, &dset, &t, err))) {
+        if ((st = open_tap(f, g, sname, name, 0, &dset, &t, NULL, err))) {
             H5Gclose(g);
             return st;
         }
@@ -1452,24 +1511,37 @@ int td_tapfile_read_i64(const td_tapfile *f, int64_t step, const char *name, int
 // filters on hostile bytes) sits only in chunked or compact storage, which
 // the checker still reads in full. So the common file (tapdiff run writes its
 // taps stored and contiguous) has its data read once, by the verb. Sets
-// ct->raw_off where the reader can take the bytes without HDF5.
-static int locate(hid_t dset, cat_tap *ct, uint64_t file_size) {
+// ct->raw_off where the reader can take the bytes without HDF5 (le: load_tap
+// found them stored as little-endian numbers of the checked class and size).
+//
+// Without the dataset's creation property list (a copy of every property,
+// more than a tenth of the check's time per tap): only contiguous storage
+// has an offset (HDF5 gives none for chunked, compact or virtual storage),
+// and an external file list is a message of the object header, which is
+// refused whatever it holds (the property list counted its entries).
+#define EFL_MESSAGE 0x0007 // HDF5 file format, "External Data Files Message"
+static int locate(hid_t dset, cat_tap *ct, uint64_t file_size, int le) {
     const td_tap_info *t = &ct->info;
     int ok = 0;
     haddr_t off = H5Dget_offset(dset);
     hsize_t size = H5Dget_storage_size(dset);
-    hid_t dcpl = H5I_INVALID_HID, type = H5I_INVALID_HID;
     if (off != HADDR_UNDEF && size == t->count * td_dtype_size(t->dtype) && off <= file_size &&
-        size <= file_size - off && H5OK(dcpl = H5Dget_create_plist(dset)))
-        ok = H5Pget_layout(dcpl) == H5D_CONTIGUOUS && H5Pget_external_count(dcpl) == 0;
-    // The reader takes the bytes as they are where they are numbers of this
-    // machine's order (load_tap checked the class, size and sign).
-#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
-    if (ok && H5OK(type = H5Dget_type(dset)) && H5Tget_order(type) == H5T_ORDER_LE) ct->raw_off = (int64_t)off;
+        size <= file_size - off) {
+#if H5_VERSION_GE(1, 12, 0)
+        H5O_native_info_t oi;
+        ok = H5OK(H5Oget_native_info(dset, &oi, H5O_NATIVE_INFO_HDR)) &&
+             !(oi.hdr.mesg.present & ((uint64_t)1 << EFL_MESSAGE));
+#else
+        H5O_info_t oi;
+        ok = H5OK(H5Oget_info2(dset, &oi, H5O_INFO_HDR)) && !(oi.hdr.mesg.present & ((uint64_t)1 << EFL_MESSAGE));
 #endif
-    if (type >= 0) H5Tclose(type);
-    if (dcpl >= 0) H5Pclose(dcpl);
-    H5Eclear2(H5E_DEFAULT);
+    }
+#if defined(__BYTE_ORDER__) && __BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__
+    if (ok && le) ct->raw_off = (int64_t)off;
+#else
+    (void)le;
+#endif
+    if (!ok) H5Eclear2(H5E_DEFAULT); // what a refused layout left on the error stack
     return ok;
 }
 
