@@ -157,7 +157,7 @@ ParameterizedTestParameters(cpu_conformance, every_fixture_native) {
     return cr_make_param_array(int, k_fixture_ix, n);
 }
 
-ParameterizedTest(int *ix, cpu_conformance, every_fixture_native, .timeout = 400) {
+ParameterizedTest(int *ix, cpu_conformance, every_fixture_native, .timeout = 600) {
     const td_fixture_info *fi = td_fixture_at((size_t)*ix);
     cr_assert_not_null(fi, "fixture #%d", *ix);
     conformance(fi->name);
@@ -177,7 +177,7 @@ ParameterizedTestParameters(cpu_conformance, act_q8) {
     return cr_make_param_array(int, k_act_q8_ix, N_ACT_Q8);
 }
 
-ParameterizedTest(int *ix, cpu_conformance, act_q8, .timeout = 400) {
+ParameterizedTest(int *ix, cpu_conformance, act_q8, .timeout = 600) {
     conformance_profile(k_act_q8_fixtures[*ix], "act-q8");
 }
 
@@ -641,7 +641,7 @@ ParameterizedTestParameters(cpu_conformance, every_isa_level) {
     return cr_make_param_array(isa_case, k_isa_cases, 2 * TD_CPU_ISA_COUNT);
 }
 
-ParameterizedTest(isa_case *c, cpu_conformance, every_isa_level, .timeout = 400) {
+ParameterizedTest(isa_case *c, cpu_conformance, every_isa_level, .timeout = 600) {
     const char *name = td_cpu_isa_name((td_cpu_isa)c->isa);
     if (!td_cpu_has_isa((td_cpu_isa)c->isa)) cr_skip_test("this CPU lacks kernel level %s", name);
     setenv("TD_CPU_ISA", name, 1);
@@ -726,7 +726,7 @@ Test(cpu_forward, logits_last_is_the_last_row_act_q8) { logits_last_case("act-q8
 /* bisect --a ref --b cpu on both qwen3next fixtures with prompts of 1, 8 and
  * 80 tokens (80 spans two GDN chunks of 64, the second one partial), 16
  * decode steps (the sequential form); the cpu arm's native f32 arithmetic. */
-Test(cpu_conformance, qwen3next_chunked_prefill_and_decode, .timeout = 400) {
+Test(cpu_conformance, qwen3next_chunked_prefill_and_decode, .timeout = 600) {
     const char *td = getenv("TD_TAPDIFF");
     if (!td) cr_skip_test("TD_TAPDIFF is not set (run through meson test)");
     make_tmpdir();
