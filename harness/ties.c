@@ -142,7 +142,7 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
  * divergent tap. *log is the last rerun's (replaced). */
 static int read_rounds(const td_run_config *oracle, const td_run_config *control, const char *b_path,
                        const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_act_tie **log, int *n_log,
-                       agreed_ties *agreed, td_err *err) {
+                       td_act_tie **clog, int *n_clog, agreed_ties *agreed, td_err *err) {
     int rc = TD_OK;
     for (int round = 0; rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && round < TD_TIES_READ_ROUNDS;
          round++) {
@@ -155,7 +155,9 @@ static int read_rounds(const td_run_config *oracle, const td_run_config *control
         free(*log);
         *log = NULL;
         rc = rerun(oracle, oracle->tap_path, rep->flips, rep->n_flips, log, n_log, err);
-        if (rc == TD_OK) rc = rerun(control, control->tap_path, rep->flips, rep->n_flips, NULL, NULL, err);
+        free(*clog);
+        *clog = NULL, *n_clog = -1;
+        if (rc == TD_OK) rc = rerun(control, control->tap_path, rep->flips, rep->n_flips, clog, n_clog, err);
         rep->n_reruns++;
         if (rc == TD_OK) {
             td_cmp_options o2 = *o;
@@ -166,6 +168,24 @@ static int read_rounds(const td_run_config *oracle, const td_run_config *control
         }
     }
     return rc;
+}
+
+/* Order of a log by the tie's name (step, call, element, kind), for lookups. */
+static int by_name(const void *a, const void *b) {
+    const td_act_tie *x = a, *y = b;
+    if (x->step != y->step) return (x->step > y->step) - (x->step < y->step);
+    if (x->call != y->call) return (x->call > y->call) - (x->call < y->call);
+    if (x->elem != y->elem) return (x->elem > y->elem) - (x->elem < y->elem);
+    return (x->f16 > y->f16) - (x->f16 < y->f16);
+}
+
+/* Did the control (its log clog, sorted by_name) round tie t of the oracle
+ * to the other neighbour? Its log holds the same tie when its value was near
+ * too, and `pick` there is the side the control did not take: the oracle's
+ * when the two parted. */
+static int control_parted(const td_act_tie *clog, int n_clog, const td_act_tie *t) {
+    const td_act_tie *c = n_clog > 0 ? bsearch(t, clog, (size_t)n_clog, sizeof *clog, by_name) : NULL;
+    return c && c->pick != t->pick;
 }
 
 int td_ties_follow(const td_run_config *oracle, const td_run_config *control, const char *b_path,
@@ -179,11 +199,12 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     char try_path[1024], try_ctrl[1024];
     snprintf(try_path, sizeof try_path, "%s.ties.h5", oracle->tap_path);
     snprintf(try_ctrl, sizeof try_ctrl, "%s.ties.h5", control->tap_path);
-    td_act_tie *log = NULL;
+    td_act_tie *log = NULL, *clog = NULL; // the near ties of the oracle's and the control's last runs
     agreed_ties agreed = {0};
-    int n_log = 0, rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
+    int n_log = 0, n_clog = -1; // -1: the control has not logged with the current flips yet
+    int rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
-    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &agreed, err) : rc;
+    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &n_clog, &agreed, err) : rc;
     while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && rep->n_flips < TD_TIES_MAX) {
         const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
         const int64_t step = first->step;
@@ -195,69 +216,96 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
         // per step): those made right before the divergent tap first, then any
         // of this step or an earlier one (a flip in the prefill's cache rows or
         // attention output that stayed under the budget there reaches later
-        // taps, and decode steps, where the budget is f32 rounding only)
+        // taps, and decode steps, where the budget is f32 rounding only).
+        // When none of those helps: the ties of this step or an earlier one that
+        // the control rounded to the other side than the oracle (phase 1). Where
+        // the arm took that side too, its error there equals the control's and
+        // the step passes; the oracle's side stays in its cache and may show
+        // steps later, where the control, sharing the arm's side, drew no budget.
         qsort(log, (size_t)n_log, sizeof *log, by_nearness);
-        int group[TD_TIES_CANDIDATES + 2 * TD_TIES_F16_CANDIDATES], n_cand = 0; // index in log of each candidate's first member
-        for (int pass = 0, lim = TD_TIES_CANDIDATES; pass < 3; pass++, lim += TD_TIES_F16_CANDIDATES)
-            for (int i = 0; i < n_log && n_cand < lim; i++) {
-                int taken = pass == 0   ? log[i].step != step || log[i].f16
-                            : pass == 1 ? log[i].step != step || !log[i].f16 || strcmp(log[i].tap, first->name)
-                                        : log[i].step > step || !log[i].f16;
-                for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
-                if (!taken && log[i].f16) taken = agreed_has(&agreed, &log[i]);
-                for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
-                if (!taken) group[n_cand++] = i;
-            }
+        int group[TD_TIES_CANDIDATES + 2 * TD_TIES_F16_CANDIDATES + TD_TIES_SHARED_CANDIDATES], n_cand = 0; // index in log of each candidate's first member
         int kept = 0;
-        for (int c = 0; c < n_cand && !kept && rc == TD_OK; c++) {
-            int n_try = rep->n_flips;
-            for (int i = 0; i < n_log && n_try < TD_TIES_MAX; i++)
-                if (same_value(&log[group[c]], &log[i])) rep->flips[n_try++] = log[i];
-            td_act_tie *log2 = NULL;
-            int n_log2 = 0;
-            rc = rerun(oracle, try_path, rep->flips, n_try, &log2, &n_log2, err);
-            // the control takes the same side, so the budgets after the tie stay f32 rounding
-            if (rc == TD_OK) rc = rerun(control, try_ctrl, rep->flips, n_try, NULL, NULL, err);
-            rep->n_reruns++;
-            td_cmp_result *r2 = NULL;
-            if (rc == TD_OK) {
-                td_cmp_options o2 = *o;
-                o2.control = try_ctrl;
-                rc = td_compare(try_path, b_path, &o2, &r2, err);
-            }
-            // kept when the first divergence moves later, or shrinks 4x where it is (a
-            // tie whose copies are not all in this step's log yet)
-            const int better = rc == TD_OK && (r2->verdict == TD_OK || r2->first > (*r)->first ||
-                                               (r2->first == (*r)->first && first_ratio(r2) * 4 < first_ratio(*r)));
-            if (better) {
-                kept = 1;
-                rep->n_flips = n_try;
-                td_cmp_result_free(*r);
-                *r = r2;
-                free(log);
-                log = log2, n_log = n_log2;
-                if (rename(try_path, oracle->tap_path) || rename(try_ctrl, control->tap_path))
-                    rc = td_err_set(err, TD_EINTERNAL, "ties: cannot replace %s and %s with their reruns",
-                                    oracle->tap_path, control->tap_path);
-                else {
-                    // the kept comparison read the reruns' paths: compare again under the final names
-                    td_cmp_options o2 = *o;
-                    o2.control = control->tap_path;
-                    td_cmp_result_free(*r);
-                    *r = NULL;
-                    rc = td_compare(oracle->tap_path, b_path, &o2, r, err);
-                }
+        for (int phase = 0, c0 = 0; phase < 2 && !kept && rc == TD_OK; phase++, c0 = n_cand) {
+            if (phase == 0) {
+                for (int pass = 0, lim = TD_TIES_CANDIDATES; pass < 3; pass++, lim += TD_TIES_F16_CANDIDATES)
+                    for (int i = 0; i < n_log && n_cand < lim; i++) {
+                        int taken = pass == 0   ? log[i].step != step || log[i].f16
+                                    : pass == 1 ? log[i].step != step || !log[i].f16 || strcmp(log[i].tap, first->name)
+                                                : log[i].step > step || !log[i].f16;
+                        for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
+                        if (!taken && log[i].f16) taken = agreed_has(&agreed, &log[i]);
+                        for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
+                        if (!taken) group[n_cand++] = i;
+                    }
             } else {
-                td_cmp_result_free(r2);
-                free(log2);
+                if (n_clog < 0) { // once per set of flips: a control run with taps off
+                    rc = rerun(control, NULL, rep->flips, rep->n_flips, &clog, &n_clog, err);
+                    rep->n_reruns++;
+                    if (rc != TD_OK) break;
+                }
+                qsort(clog, (size_t)n_clog, sizeof *clog, by_name);
+                for (int i = 0; i < n_log && n_cand < c0 + TD_TIES_SHARED_CANDIDATES; i++) {
+                    int taken = log[i].step > step || !control_parted(clog, n_clog, &log[i]);
+                    for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
+                    if (!taken && log[i].f16) taken = agreed_has(&agreed, &log[i]);
+                    for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
+                    if (!taken) group[n_cand++] = i;
+                }
+            }
+            for (int c = c0; c < n_cand && !kept && rc == TD_OK; c++) {
+                int n_try = rep->n_flips;
+                for (int i = 0; i < n_log && n_try < TD_TIES_MAX; i++)
+                    if (same_value(&log[group[c]], &log[i])) rep->flips[n_try++] = log[i];
+                td_act_tie *log2 = NULL, *clog2 = NULL;
+                int n_log2 = 0, n_clog2 = -1;
+                rc = rerun(oracle, try_path, rep->flips, n_try, &log2, &n_log2, err);
+                // the control takes the same side, so the budgets after the tie stay f32 rounding
+                if (rc == TD_OK) rc = rerun(control, try_ctrl, rep->flips, n_try, &clog2, &n_clog2, err);
+                rep->n_reruns++;
+                td_cmp_result *r2 = NULL;
+                if (rc == TD_OK) {
+                    td_cmp_options o2 = *o;
+                    o2.control = try_ctrl;
+                    rc = td_compare(try_path, b_path, &o2, &r2, err);
+                }
+                // kept when the first divergence moves later, or shrinks 4x where it is (a
+                // tie whose copies are not all in this step's log yet)
+                const int better = rc == TD_OK && (r2->verdict == TD_OK || r2->first > (*r)->first ||
+                                                   (r2->first == (*r)->first && first_ratio(r2) * 4 < first_ratio(*r)));
+                if (better) {
+                    kept = 1;
+                    rep->n_flips = n_try;
+                    td_cmp_result_free(*r);
+                    *r = r2;
+                    free(log);
+                    log = log2, n_log = n_log2;
+                    free(clog);
+                    clog = clog2, n_clog = n_clog2;
+                    if (rename(try_path, oracle->tap_path) || rename(try_ctrl, control->tap_path))
+                        rc = td_err_set(err, TD_EINTERNAL, "ties: cannot replace %s and %s with their reruns",
+                                        oracle->tap_path, control->tap_path);
+                    else {
+                        // the kept comparison read the reruns' paths: compare again under the final names
+                        td_cmp_options o2 = *o;
+                        o2.control = control->tap_path;
+                        td_cmp_result_free(*r);
+                        *r = NULL;
+                        rc = td_compare(oracle->tap_path, b_path, &o2, r, err);
+                    }
+                } else {
+                    td_cmp_result_free(r2);
+                    free(log2);
+                    free(clog2);
+                }
             }
         }
         if (!kept) break;
         // the first divergence moved: the arm's taps before it may show more ties
-        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &agreed, err);
+        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &n_clog, &agreed, err);
     }
     td_ties_keep_near(rep, log, n_log);
     free(log);
+    free(clog);
     free(agreed.v);
     remove(try_path);
     remove(try_ctrl);

@@ -13,6 +13,19 @@
  * cannot hide behind it: a flip moves one tap by a discrete, fixed pattern,
  * and it is kept only when that pattern is what the arm shows there.
  *
+ * When no near-tie of the divergent step helps, the search tries the ties of
+ * that step or an earlier one that the control (ref32 with the arm's profile)
+ * rounded to the other side than the oracle, nearest first
+ * (TD_TIES_SHARED_CANDIDATES; the control's own log says which). An arm that
+ * took the control's side there shows no error beyond the control's at that
+ * step, so the step passes and is never searched, but the oracle's side stays
+ * in its K/V cache and can surface many steps later at a tap where the
+ * control, sharing the arm's side, draws no budget for it. Such a flip is
+ * judged as any other (kept only when the first divergence moves later), and
+ * the control's side is not taken up front: the arm's f32 sums are not the
+ * control's, and where it took the oracle's side a pin would put the
+ * divergence at the tie's step, so it is not kept.
+ *
  * A GPU arm's f16 operands (attn-f16, mm-f16, kv-f16, fa-f16) have the same
  * kind of tie: a value within a few f32 ulps of the midpoint of two f16
  * neighbours, which the arm's f32 value and the oracle's f64 value round to
@@ -54,6 +67,7 @@
 #define TD_TIES_NOTE_TAU (1.0 / 16384)
 #define TD_TIES_NEAR_MAX 64
 #define TD_TIES_F16_CANDIDATES 8 /* f16 operand near-ties tried per divergent step (profile.h TD_ACT_TIES_F16_TAU) */
+#define TD_TIES_SHARED_CANDIDATES 8 /* then: near-ties the control rounded to the other side than the oracle */
 
 typedef struct td_ties_report {
     int n_flips;

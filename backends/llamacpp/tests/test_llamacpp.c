@@ -1734,3 +1734,39 @@ Test(llamacpp, stories260k_prompt_40_64_steps_bisect_conformant) {
     td_test_rmdir(dir);
 #endif
 }
+
+/* A rounding tie the control shares with the arm (README "Rounding ties"):
+ * on qwen3-oddblocks-q8_0 with this 8-token prompt, at decode step 1 the
+ * llamacpp arm and the control ref32 (both with ggml-cpu's f32 rope angle)
+ * round a Q8_0 block scale of blk.*.attn_output's input to the upper f16 of
+ * a near tie, the f64 oracle to the lower (0.49976 f16 ulps up). Step 1 is
+ * conformant (err = err_ctrl there), but the oracle's side stays in its K/V
+ * cache row of position 8, and at step 48 blk.1.attn_out amplifies it to
+ * r 1.3e3 of a budget drawn by a control that shares the arm's side. The tie
+ * search must find that tie (the control's own log says it parted from the
+ * oracle there) and take it; one that still diverges after a perturbation of
+ * the arm of 1e-5 is not hidden by it. */
+Test(llamacpp, oddblocks_shared_step1_tie_64_steps_bisect_conformant, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    const char *exe = getenv("TD_TAPDIFF");
+    if (!exe) cr_skip_test("TD_TAPDIFF is not set");
+    char model[512], cmd[2600];
+    fixture_path("qwen3-oddblocks-q8_0", model, sizeof model);
+    static char out[1 << 16];
+    for (int pert = 0; pert < 2; pert++) {
+        snprintf(cmd, sizeof cmd,
+                 "%s '%s' bisect --model '%s' --a ref --a-profile act-q8+rope-f32-mul --b llamacpp "
+                 "--tokens 1,38,75,112,149,186,223,10 --steps 64 --threads 1 --out-dir '%s/odd%d' 2>&1",
+                 pert ? "TD_LLAMACPP_PERTURB='blk.1.attn_out*1.00001'" : "", exe, model, tmpdir, pert);
+        const int st = td_test_sh_capture(cmd, out, sizeof out);
+        if (!pert) {
+            cr_expect_eq(st, 0, "oddblocks, 8 tokens, 64 steps, act-q8+rope-f32-mul -> %d:\n%s", st, out);
+            cr_expect(strstr(out, "the oracle took B's side of 1 rounding tie(s)") &&
+                          strstr(out, "step 1: f16 block scale 0.499755859 ulps above the lower f16 (block 2)"),
+                      "the oracle should take the step-1 block-scale tie:\n%s", out);
+        } else {
+            cr_expect_eq(st, 1, "oddblocks, arm's blk.1.attn_out x1.00001 -> %d:\n%s", st, out);
+            cr_expect(strstr(out, "first divergent tap: blk.1.attn_out at step 0"), "%s", out);
+        }
+    }
+}
