@@ -1179,6 +1179,19 @@ static int env_flag(const char *name) {
  * repeated f32 multiplication (rope-f32-mul). */
 #define LC_CPU_PROFILE "act-q8+rope-f32-mul"
 
+/* The Vulkan device's rotation bound (rope-trig@U, in units of
+ * 2^-24 (1 + |theta|)). lavapipe: measured from the arm's own rope taps
+ * (qwen3-q4_k 40 + 16 steps, llama-f32 1 + 64: every pair within 3.5 of
+ * the exact rotation by the f32 pow angle; README "The rotary angle").
+ * Any other device: the Vulkan specification's precision for sin and cos,
+ * 2^-11 absolute, the honest worst case a driver may return (loose: a rope
+ * tap's budget is then ~1e-3 relative). */
+#define LC_VK_ROPE_TRIG_LAVAPIPE 4
+#define LC_VK_ROPE_TRIG_SPEC 8192
+static int vk_rope_trig_u(const lc_gpu *g) {
+    return strstr(g->caps, "llvmpipe") || strstr(g->desc, "llvmpipe") ? LC_VK_ROPE_TRIG_LAVAPIPE : LC_VK_ROPE_TRIG_SPEC;
+}
+
 static void declare_profile(lc_backend *s, const td_model *m) {
     char *p = s->profile;
     const size_t n = sizeof s->profile;
@@ -1193,8 +1206,10 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // cooperative matrices or integer dot products (its f16acc shaders)
         if (s->kind == LC_VULKAN && g->fp16 && !g->coopmat && !g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+acc-f16");
         if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
-        // not rope-f32-pow: ggml-vulkan's angle is that form, but the device's
-        // pow/sin/cos add more than the form removes (README "The rotary angle")
+        // ggml-vulkan forms the angle as float(pos) * pow(theta_scale, i) and
+        // rotates with the device's pow/sin/cos: their bound is the device's
+        // (rope-trig@U, README "The rotary angle")
+        if (s->kind == LC_VULKAN) snprintf(p + strlen(p), n - strlen(p), "+rope-f32-pow+rope-trig@%d", vk_rope_trig_u(g));
     }
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
@@ -1353,14 +1368,21 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  "llama.cpp %s (%s), ggml-cpu-%s%s%.200s%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
                  llama_version(), TD_LLAMACPP_FETCHED, g_variant, g_features[0] ? " [" : "", g_features,
                  g_features[0] ? "]" : "", (long long)s->n_ctx, s->threads, s->obs.all_nodes ? ", all nodes" : "");
-    else // the device and what changes its arithmetic are provenance
+    else { // the device and what changes its arithmetic are provenance
+        char rope_trig[96] = "";
+        if (kind == LC_VULKAN) {
+            const int u = vk_rope_trig_u(&g_gpu[kind]);
+            snprintf(rope_trig, sizeof rope_trig, ", rope-trig bound %d (%s)", u,
+                     u == LC_VK_ROPE_TRIG_LAVAPIPE ? "measured on lavapipe" : "Vulkan spec: sin/cos 2^-11 absolute");
+        }
         snprintf(s->version, sizeof s->version,
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
-                 "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s",
+                 "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s%s",
                  llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
                  g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat, s->flash_attn ? "on" : "off",
                  getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
-                 (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "");
+                 (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "", rope_trig);
+    }
     if (s->obs.perturb[0]) { // provenance: this arm is wrong on purpose
         size_t len = strlen(s->version);
         snprintf(s->version + len, sizeof s->version - len, ", PERTURBED %s x %g", s->obs.perturb,
@@ -1600,7 +1622,7 @@ const td_backend_vt td_llamacpp_vulkan_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
-    .profile = "attn-f16+mm-f16@8+acc-f16",
+    .profile = "attn-f16+mm-f16@8+acc-f16+rope-f32-pow+rope-trig@4",
     .profile_of = lc_profile_of,
     .probe = lc_probe_vulkan,
     .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),
