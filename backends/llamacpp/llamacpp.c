@@ -615,6 +615,8 @@ typedef struct lc_backend {
     int user;        /* TD_LLAMACPP_USER_DEFAULTS: llama-bench's settings, for speed only (no taps) */
     int logits_last; /* td_backend_params.logits_last */
     char profile[128]; /* what this arm computes with, from its device */
+    int rope_trig_u;   /* Vulkan: the rope-trig@U it declares (0: no rope rule) */
+    int rope_trig_env; /* that U came from TD_LLAMACPP_ROPE_TRIG */
     const td_model *m;
     struct llama_model *lm;
     struct llama_context *lctx;
@@ -1209,7 +1211,8 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // ggml-vulkan forms the angle as float(pos) * pow(theta_scale, i) and
         // rotates with the device's pow/sin/cos: their bound is the device's
         // (rope-trig@U, README "The rotary angle")
-        if (s->kind == LC_VULKAN) snprintf(p + strlen(p), n - strlen(p), "+rope-f32-pow+rope-trig@%d", vk_rope_trig_u(g));
+        if (s->kind == LC_VULKAN && s->rope_trig_u > 0)
+            snprintf(p + strlen(p), n - strlen(p), "+rope-f32-pow+rope-trig@%d", s->rope_trig_u);
     }
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
@@ -1253,6 +1256,24 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     // on request only, on the GPU arms (the CPU arm keeps the measured
     // deterministic settings)
     s->flash_attn = kind != LC_CPU && env_flag("TD_LLAMACPP_FLASH_ATTN");
+    if (kind == LC_VULKAN) {
+        s->rope_trig_u = vk_rope_trig_u(&g_gpu[kind]);
+        // a device measured elsewhere (vulkan::rope_trig_bound_holds_on_the_device)
+        // declares its own bound; 0 declares no rope rule (the arm before it)
+        const char *rt = getenv("TD_LLAMACPP_ROPE_TRIG");
+        if (rt && *rt) {
+            char *end = NULL;
+            const long u = strtol(rt, &end, 10);
+            if (end == rt || *end || u < 0 || u > (1L << 20)) {
+                free(s);
+                return td_err_set(err, TD_EINPUT,
+                                  "llamacpp:vulkan: TD_LLAMACPP_ROPE_TRIG='%.40s': expected the device's rope bound U "
+                                  "in units of 2^-24 (1 + |theta|), 0 to 1048576 (0: declare no rope rule)",
+                                  rt);
+            }
+            s->rope_trig_u = (int)u, s->rope_trig_env = 1;
+        }
+    }
     declare_profile(s, m);
     // llama.cpp computes one way: asking for it by its profile's name is fine
     if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, s->profile) &&
@@ -1370,11 +1391,13 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  g_features[0] ? "]" : "", (long long)s->n_ctx, s->threads, s->obs.all_nodes ? ", all nodes" : "");
     else { // the device and what changes its arithmetic are provenance
         char rope_trig[96] = "";
-        if (kind == LC_VULKAN) {
-            const int u = vk_rope_trig_u(&g_gpu[kind]);
-            snprintf(rope_trig, sizeof rope_trig, ", rope-trig bound %d (%s)", u,
-                     u == LC_VK_ROPE_TRIG_LAVAPIPE ? "measured on lavapipe" : "Vulkan spec: sin/cos 2^-11 absolute");
-        }
+        if (kind == LC_VULKAN && !s->rope_trig_u)
+            snprintf(rope_trig, sizeof rope_trig, ", no rope rule (TD_LLAMACPP_ROPE_TRIG=0)");
+        else if (kind == LC_VULKAN)
+            snprintf(rope_trig, sizeof rope_trig, ", rope-trig bound %d (%s)", s->rope_trig_u,
+                     s->rope_trig_env                          ? "TD_LLAMACPP_ROPE_TRIG"
+                     : s->rope_trig_u == LC_VK_ROPE_TRIG_LAVAPIPE ? "measured on lavapipe"
+                                                                 : "Vulkan spec: sin/cos 2^-11 absolute");
         snprintf(s->version, sizeof s->version,
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
                  "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s%s",

@@ -288,7 +288,11 @@ Test(vulkan, f16_operand_tie_taken_and_conformant, .init = setup, .fini = teardo
  * itself reproduces 5118 of 5120 of the arm's values from its own Q/K/V).
  * The oracle reads the arm's side of those roundings from its attn_q_rope
  * (times the scale) and attn_k_rope taps, the search then finds the one
- * probability tie left (pair 156, position 36), and the arm is conformant. */
+ * probability tie left (pair 156, position 36), and the arm is conformant.
+ * Run without the rope rules (TD_LLAMACPP_ROPE_TRIG=0): under rope-trig the
+ * control's own RoPE flips f16 roundings too, the budget holds the arm's,
+ * and the arm is conformant with no tie read (0 taken), which would leave
+ * the reading untested here. */
 Test(vulkan, flash_attention_quantized_rope_flips_read_from_the_arm, .init = setup, .fini = teardown) {
     require_vulkan();
     char forty[160] = "";
@@ -296,13 +300,16 @@ Test(vulkan, flash_attention_quantized_rope_flips_read_from_the_arm, .init = set
     const char *model = td_test_fixture(dir, "llama-q8_0");
     char *out = NULL, v[128], f[64];
     setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
+    setenv("TD_LLAMACPP_ROPE_TRIG", "0", 1);
     int rc = bisect3(model, forty, "1", &out);
     unsetenv("TD_LLAMACPP_FLASH_ATTN");
+    unsetenv("TD_LLAMACPP_ROPE_TRIG");
     cr_assert_not_null(out, "bisect printed nothing (exit %d)", rc);
     const char *bj = arm_b(out);
     cr_log_info("llama-q8_0 FA on, 40 tokens: verdict %s, first divergent %s, ties %s", field(bj, "\"verdict\"", v, sizeof v),
                 field(bj, "\"first_tap\"", f, sizeof f), field(bj, "\"oracle_ties_taken\"", v + 64, 64));
     cr_assert(strstr(field(bj, "\"profile\"", v, sizeof v), "fa-acc-f16@"), "profile %s", v);
+    cr_assert(!strstr(v, "rope-"), "profile %s", v);
     cr_assert_eq(rc, 0, "three-arm bisect on llama-q8_0, FA on, 40 tokens: exit %d\n%.600s", rc, out);
     cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
     cr_assert_geq(atoi(field(bj, "\"oracle_ties_taken\"", v, sizeof v)), 7, "ties taken: %s", v);
