@@ -66,7 +66,19 @@
  *               stands in for them (the closest host form, not the device's
  *               bits). Excludes rope-f32-mul. No arm declares it: on
  *               lavapipe the device's functions add more than the form
- *               explains (README "The rotary angle").
+ *               explains (README "The rotary angle"): with rope-trig.
+ *   rope-trig@U  the device's pow, sin and cos are its own approximations:
+ *               each pair's rotation may be off the exact rotation by the
+ *               formed angle by up to U * 2^-24 * (1 + |theta|) radians (an
+ *               angle error relative to theta, as pow's, plus an absolute
+ *               one, as sin's and cos's). The f64 oracle keeps the formed
+ *               angle with exact sine and cosine; ref32, the control, rotates
+ *               by the angle plus that bound at full size, its sign drawn
+ *               per position and pair (td_rope_trig_offset), so the budget
+ *               (k times the control's error) holds what the declared
+ *               device may honestly add, and no more. U is
+ *               the device's: measured on lavapipe (4), or the Vulkan
+ *               specification's sin/cos precision (2^-11 absolute: 8192).
  *
  * The rounding helpers below are exact formulas; the reference calls them in
  * its own precision (f32 for ref32, f64 for ref), everything else it keeps. */
@@ -132,6 +144,7 @@ enum {
     TD_RULE_FA_ACC_F16 = 1u << 7,
     TD_RULE_ROPE_F32_MUL = 1u << 8,
     TD_RULE_ROPE_F32_POW = 1u << 9,
+    TD_RULE_ROPE_TRIG = 1u << 10,
 };
 
 typedef struct td_profile {
@@ -139,6 +152,7 @@ typedef struct td_profile {
     int64_t q8_1_vec_k; /* act-q8_1@K: one-token steps round too when the inner size > K; -1 = never */
     int64_t mm_f16_min; /* mm-f16@N: steps of more than N tokens */
     int64_t fa_sg;      /* fa-acc-f16@S: the device's subgroup size */
+    int64_t rope_trig_u; /* rope-trig@U: the device's rotation bound in units of 2^-24 (1 + |theta|) */
 } td_profile;
 
 /* Parses a profile string. 0 on success; -1 with a one-line reason in why
@@ -176,6 +190,14 @@ td_rope_angle td_profile_rope_angle(const td_profile *p);
 /* The f32 angle of pair i (0 <= i < R/2) at position pos, before the
  * frequency factor and scale, formed as `form` says (not EXACT). */
 float td_rope_angle_f32(td_rope_angle form, int64_t pos, int64_t i, int64_t R, double base);
+
+/* rope-trig@U: the angle offset the control (ref32) rotates pair i at
+ * position pos by, on top of theta: +-U * 2^-24 * (1 + |theta|), the bound
+ * at full size, its sign a deterministic draw from (pos, i) so that
+ * neighbouring pairs and positions do not err alike. 0 when the profile has
+ * no rope-trig. */
+double td_rope_trig_offset(const td_profile *p, int64_t pos, int64_t i, double theta);
+double td_rope_trig_offset_u(int64_t u, int64_t pos, int64_t i, double theta);
 
 /* How ggml-vulkan's scalar flash-attention shader (flash_attn.comp, this
  * peer revision) lays one step out on a device of subgroup size S that is

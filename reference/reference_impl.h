@@ -150,6 +150,25 @@ static real angle_f32(const td_ref_rope *c, int64_t pos, int64_t i, const real *
     return (real)(interp * (1 - mix) + extrap * mix);
 }
 
+/* The cosine and sine pair i rotates by. Under rope-trig the control
+ * (ref32) turns by the device's declared bound (its sign drawn) on top of the
+ * angle (cos(theta + d), sin(theta + d) formed in f64 from its own f32
+ * values, so that d is not lost to the rounding of theta): the budget then
+ * holds the device's honest error and the oracle (f64) stays exact. */
+static void trig(const td_ref_rope *c, int64_t pos, int64_t i, real theta, real *cs, real *sn) {
+    *cs = R_COS(theta), *sn = R_SIN(theta);
+#ifdef REAL_IS_FLOAT
+    if (c->trig_u > 0) {
+        const double d = td_rope_trig_offset_u(c->trig_u, pos, i, (double)theta);
+        const double c0 = (double)*cs, s0 = (double)*sn, cd = cos(d), sd = sin(d);
+        *cs = (real)(c0 * cd - s0 * sd);
+        *sn = (real)(s0 * cd + c0 * sd);
+    }
+#else
+    (void)c, (void)pos, (void)i;
+#endif
+}
+
 void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_t n_heads) {
     // x: (n_heads, D), rotated in place; only the first R dims of each head
     const int64_t D = c->D, R = c->R, half = c->R / 2;
@@ -181,7 +200,8 @@ void FN(rope)(real *x, int64_t pos, const td_ref_rope *c, const real *ff, int64_
                 theta = interp * (1 - mix) + extrap * mix;
             }
         }
-        const real cs = R_COS(theta), sn = R_SIN(theta);
+        real cs, sn;
+        trig(c, pos, i, theta, &cs, &sn);
         for (int64_t h = 0; h < n_heads; h++) {
             real *xh = x + h * D;
             // NORM pairs adjacent values; NEOX pairs the two halves of the rotated span
@@ -1157,7 +1177,8 @@ void FN(rope_imrope)(real *x, const int64_t *pos4, const td_ref_rope *c, const u
         const real omega = R_POW((real)c->base, -(real)(2 * i) / (real)R);
         // each component's angle is formed as the plain rope's (ggml_mrope_cache_init)
         const real theta = c->angle ? angle_f32(c, p, i, NULL, 0, 0, 0) : freq_scale * ((real)p * omega);
-        const real cs = R_COS(theta), sn = R_SIN(theta);
+        real cs, sn;
+        trig(c, p, i, theta, &cs, &sn);
         for (int64_t h = 0; h < n_heads; h++) {
             real *xh = x + h * D;
             const real u = xh[i], v = xh[i + half];
@@ -1922,6 +1943,7 @@ static int ref_open(td_backend **out, const td_model *m, const td_backend_params
         .attn_factor = hp->rope_attn_factor,
         .n_ctx_orig = hp->rope_n_ctx_orig,
         .angle = (int)td_profile_rope_angle(&profile),
+        .trig_u = (profile.rules & TD_RULE_ROPE_TRIG) ? profile.rope_trig_u : 0,
     };
     const int64_t E = hp->n_embd, HD = (int64_t)hp->n_head * hp->head_dim, F = hp->n_ff;
     const int64_t QKV = (int64_t)(hp->n_head + 2 * hp->n_head_kv) * hp->head_dim;

@@ -615,6 +615,8 @@ typedef struct lc_backend {
     int user;        /* TD_LLAMACPP_USER_DEFAULTS: llama-bench's settings, for speed only (no taps) */
     int logits_last; /* td_backend_params.logits_last */
     char profile[128]; /* what this arm computes with, from its device */
+    int rope_trig_u;   /* Vulkan: the rope-trig@U it declares (0: no rope rule) */
+    int rope_trig_env; /* that U came from TD_LLAMACPP_ROPE_TRIG */
     const td_model *m;
     struct llama_model *lm;
     struct llama_context *lctx;
@@ -1179,6 +1181,19 @@ static int env_flag(const char *name) {
  * repeated f32 multiplication (rope-f32-mul). */
 #define LC_CPU_PROFILE "act-q8+rope-f32-mul"
 
+/* The Vulkan device's rotation bound (rope-trig@U, in units of
+ * 2^-24 (1 + |theta|)). lavapipe: measured from the arm's own rope taps
+ * (qwen3-q4_k 40 + 16 steps, llama-f32 1 + 64: every pair within 3.5 of
+ * the exact rotation by the f32 pow angle; README "The rotary angle").
+ * Any other device: the Vulkan specification's precision for sin and cos,
+ * 2^-11 absolute, the honest worst case a driver may return (loose: a rope
+ * tap's budget is then ~1e-3 relative). */
+#define LC_VK_ROPE_TRIG_LAVAPIPE 4
+#define LC_VK_ROPE_TRIG_SPEC 8192
+static int vk_rope_trig_u(const lc_gpu *g) {
+    return strstr(g->caps, "llvmpipe") || strstr(g->desc, "llvmpipe") ? LC_VK_ROPE_TRIG_LAVAPIPE : LC_VK_ROPE_TRIG_SPEC;
+}
+
 static void declare_profile(lc_backend *s, const td_model *m) {
     char *p = s->profile;
     const size_t n = sizeof s->profile;
@@ -1193,8 +1208,11 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // cooperative matrices or integer dot products (its f16acc shaders)
         if (s->kind == LC_VULKAN && g->fp16 && !g->coopmat && !g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+acc-f16");
         if (g->int_dot) snprintf(p + strlen(p), n - strlen(p), "+act-q8_1");
-        // not rope-f32-pow: ggml-vulkan's angle is that form, but the device's
-        // pow/sin/cos add more than the form removes (README "The rotary angle")
+        // ggml-vulkan forms the angle as float(pos) * pow(theta_scale, i) and
+        // rotates with the device's pow/sin/cos: their bound is the device's
+        // (rope-trig@U, README "The rotary angle")
+        if (s->kind == LC_VULKAN && s->rope_trig_u > 0)
+            snprintf(p + strlen(p), n - strlen(p), "+rope-f32-pow+rope-trig@%d", s->rope_trig_u);
     }
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
@@ -1238,6 +1256,24 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     // on request only, on the GPU arms (the CPU arm keeps the measured
     // deterministic settings)
     s->flash_attn = kind != LC_CPU && env_flag("TD_LLAMACPP_FLASH_ATTN");
+    if (kind == LC_VULKAN) {
+        s->rope_trig_u = vk_rope_trig_u(&g_gpu[kind]);
+        // a device measured elsewhere (vulkan::rope_trig_bound_holds_on_the_device)
+        // declares its own bound; 0 declares no rope rule (the arm before it)
+        const char *rt = getenv("TD_LLAMACPP_ROPE_TRIG");
+        if (rt && *rt) {
+            char *end = NULL;
+            const long u = strtol(rt, &end, 10);
+            if (end == rt || *end || u < 0 || u > (1L << 20)) {
+                free(s);
+                return td_err_set(err, TD_EINPUT,
+                                  "llamacpp:vulkan: TD_LLAMACPP_ROPE_TRIG='%.40s': expected the device's rope bound U "
+                                  "in units of 2^-24 (1 + |theta|), 0 to 1048576 (0: declare no rope rule)",
+                                  rt);
+            }
+            s->rope_trig_u = (int)u, s->rope_trig_env = 1;
+        }
+    }
     declare_profile(s, m);
     // llama.cpp computes one way: asking for it by its profile's name is fine
     if (p && p->profile && p->profile[0] && strcmp(p->profile, "native") && strcmp(p->profile, s->profile) &&
@@ -1353,14 +1389,23 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  "llama.cpp %s (%s), ggml-cpu-%s%s%.200s%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
                  llama_version(), TD_LLAMACPP_FETCHED, g_variant, g_features[0] ? " [" : "", g_features,
                  g_features[0] ? "]" : "", (long long)s->n_ctx, s->threads, s->obs.all_nodes ? ", all nodes" : "");
-    else // the device and what changes its arithmetic are provenance
+    else { // the device and what changes its arithmetic are provenance
+        char rope_trig[96] = "";
+        if (kind == LC_VULKAN && !s->rope_trig_u)
+            snprintf(rope_trig, sizeof rope_trig, ", no rope rule (TD_LLAMACPP_ROPE_TRIG=0)");
+        else if (kind == LC_VULKAN)
+            snprintf(rope_trig, sizeof rope_trig, ", rope-trig bound %d (%s)", s->rope_trig_u,
+                     s->rope_trig_env                          ? "TD_LLAMACPP_ROPE_TRIG"
+                     : s->rope_trig_u == LC_VK_ROPE_TRIG_LAVAPIPE ? "measured on lavapipe"
+                                                                 : "Vulkan spec: sin/cos 2^-11 absolute");
         snprintf(s->version, sizeof s->version,
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
-                 "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s",
+                 "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s%s",
                  llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
                  g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat, s->flash_attn ? "on" : "off",
                  getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
-                 (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "");
+                 (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "", rope_trig);
+    }
     if (s->obs.perturb[0]) { // provenance: this arm is wrong on purpose
         size_t len = strlen(s->version);
         snprintf(s->version + len, sizeof s->version - len, ", PERTURBED %s x %g", s->obs.perturb,
@@ -1600,7 +1645,7 @@ const td_backend_vt td_llamacpp_vulkan_backend = {
     .reset = lc_reset,
     .close = lc_close,
     .version = lc_version,
-    .profile = "attn-f16+mm-f16@8+acc-f16",
+    .profile = "attn-f16+mm-f16@8+acc-f16+rope-f32-pow+rope-trig@4",
     .profile_of = lc_profile_of,
     .probe = lc_probe_vulkan,
     .layer_kinds = TD_KINDS(TD_LAYER_ATTENTION),

@@ -27,6 +27,42 @@ static td_ref_rope rope_cfg(td_rope_type type) {
 }
 
 /* cos/sin of theta_0 = p * 1 and theta_1 = p * 0.01 at p = 1 and p = 7 */
+/* rope-trig@U: ref (f64) rotates by the formed angle exactly, U ignored;
+ * ref32, the control, by the angle plus d = +-U 2^-24 (1 + |theta|), the
+ * bound at full size, both signs drawn among the pairs, the same for every
+ * head. Recovered here from the control's output: the angle of each rotated
+ * unit vector, atan2 in f64, minus the formed angle, to within the f32
+ * rounding of the rotation (2^-23 rad); with U = 4096 the offsets
+ * (2.4e-4 (1 + |theta|)) stand far above that. */
+Test(rope, trig_rule_moves_the_control_only_within_its_bound) {
+    td_ref_rope c = rope_cfg(TD_ROPE_NORM);
+    c.R = 16, c.D = 16, c.angle = TD_ROPE_ANGLE_F32_POW;
+    const int64_t pos = 37, U = 4096;
+    double x[16];
+    for (int i = 0; i < 16; i++) x[i] = i % 2 ? 0 : 1;
+    td_ref_rope c64 = c;
+    c64.trig_u = U;
+    td_ref_rope_f64(x, pos, &c64, NULL, 1);
+    float xf[32];
+    for (int i = 0; i < 32; i++) xf[i] = i % 2 ? 0.0f : 1.0f;
+    c.trig_u = U;
+    td_ref_rope_f32(xf, pos, &c, NULL, 2);
+    int up = 0, down = 0;
+    for (int i = 0; i < 8; i++) {
+        const double th = (double)td_rope_angle_f32(TD_ROPE_ANGLE_F32_POW, pos, i, 16, 10000.0);
+        cr_expect_eq(x[2 * i], cos(th), "ref pair %d moved under rope-trig", i);
+        cr_expect_eq(x[2 * i + 1], sin(th), "ref pair %d moved under rope-trig", i);
+        const double b = ldexp((double)U, -24) * (1 + fabs(th));
+        double d = atan2((double)xf[2 * i + 1], (double)xf[2 * i]) - th;
+        d = remainder(d, 2 * M_PI);
+        cr_expect_leq(fabs(fabs(d) - b), ldexp(1.0, -23), "pair %d: control off by %.3g, bound %.3g", i, d, b);
+        cr_expect_eq(xf[2 * i], xf[16 + 2 * i], "pair %d: heads drew differently", i);
+        cr_expect_eq(xf[2 * i + 1], xf[16 + 2 * i + 1], "pair %d: heads drew differently", i);
+        up += d > 0, down += d < 0;
+    }
+    cr_expect(up > 0 && down > 0, "8 pairs, %d turned up and %d down: the sign is not drawn", up, down);
+}
+
 typedef struct angles {
     int64_t pos;
     double c0, s0, c1, s1;
@@ -835,7 +871,12 @@ Test(act_q8, rope_angle_rules_parse) {
     cr_assert_eq(td_profile_rope_angle(&p), TD_ROPE_ANGLE_F32_POW);
     cr_assert_eq(td_profile_parse("act-q8", &p, why, sizeof why), 0);
     cr_assert_eq(td_profile_rope_angle(&p), TD_ROPE_ANGLE_EXACT);
-    const char *bad[] = {"rope-f32-mul+rope-f32-pow", "rope-f32", "rope-f32-mul@2", "rope-f32-pow+rope-f32-pow"};
+    cr_assert_eq(td_profile_parse("rope-trig@4+rope-f32-pow+attn-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "attn-f16+rope-f32-pow+rope-trig@4");
+    cr_assert_eq(p.rope_trig_u, 4);
+    const char *bad[] = {"rope-f32-mul+rope-f32-pow", "rope-f32", "rope-f32-mul@2", "rope-f32-pow+rope-f32-pow",
+                         "rope-trig", "rope-trig@0", "rope-trig@-1", "rope-trig@1048577", "rope-trig@4+rope-trig@4"};
     for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
         cr_assert_eq(td_profile_parse(bad[i], &p, why, sizeof why), -1, "'%s' must be refused", bad[i]);
         cr_assert(why[0], "'%s': no reason given", bad[i]);

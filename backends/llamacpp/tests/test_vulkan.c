@@ -13,6 +13,7 @@
 #include <cjson/cJSON.h>
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -287,7 +288,11 @@ Test(vulkan, f16_operand_tie_taken_and_conformant, .init = setup, .fini = teardo
  * itself reproduces 5118 of 5120 of the arm's values from its own Q/K/V).
  * The oracle reads the arm's side of those roundings from its attn_q_rope
  * (times the scale) and attn_k_rope taps, the search then finds the one
- * probability tie left (pair 156, position 36), and the arm is conformant. */
+ * probability tie left (pair 156, position 36), and the arm is conformant.
+ * Run without the rope rules (TD_LLAMACPP_ROPE_TRIG=0): under rope-trig the
+ * control's own RoPE flips f16 roundings too, the budget holds the arm's,
+ * and the arm is conformant with no tie read (0 taken), which would leave
+ * the reading untested here. */
 Test(vulkan, flash_attention_quantized_rope_flips_read_from_the_arm, .init = setup, .fini = teardown) {
     require_vulkan();
     char forty[160] = "";
@@ -295,13 +300,16 @@ Test(vulkan, flash_attention_quantized_rope_flips_read_from_the_arm, .init = set
     const char *model = td_test_fixture(dir, "llama-q8_0");
     char *out = NULL, v[128], f[64];
     setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
+    setenv("TD_LLAMACPP_ROPE_TRIG", "0", 1);
     int rc = bisect3(model, forty, "1", &out);
     unsetenv("TD_LLAMACPP_FLASH_ATTN");
+    unsetenv("TD_LLAMACPP_ROPE_TRIG");
     cr_assert_not_null(out, "bisect printed nothing (exit %d)", rc);
     const char *bj = arm_b(out);
     cr_log_info("llama-q8_0 FA on, 40 tokens: verdict %s, first divergent %s, ties %s", field(bj, "\"verdict\"", v, sizeof v),
                 field(bj, "\"first_tap\"", f, sizeof f), field(bj, "\"oracle_ties_taken\"", v + 64, 64));
     cr_assert(strstr(field(bj, "\"profile\"", v, sizeof v), "fa-acc-f16@"), "profile %s", v);
+    cr_assert(!strstr(v, "rope-"), "profile %s", v);
     cr_assert_eq(rc, 0, "three-arm bisect on llama-q8_0, FA on, 40 tokens: exit %d\n%.600s", rc, out);
     cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
     cr_assert_geq(atoi(field(bj, "\"oracle_ties_taken\"", v, sizeof v)), 7, "ties taken: %s", v);
@@ -669,5 +677,126 @@ Test(vulkan, qwen3next_conv_state_judged_as_a_copy_of_its_input, .init = setup, 
     cr_assert_eq(rc, 0, "qwen3next-f32, 40 tokens: exit %d, Vulkan arm %s at %s\n%.400s", rc,
                  field(bj, "\"verdict\"", v, sizeof v), field(bj, "\"first_tap\"", tap, sizeof tap), out);
     cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
+    free(out);
+}
+
+/* ---- the rotary embedding at late positions (rope-f32-pow + rope-trig) -- */
+
+/* llama-f32: NORM pairs (x[2i], x[2i+1]), R = D = 32, base 10000, 4 query
+ * and 2 KV heads (fixtures/). */
+#define ROPE_R 32
+#define ROPE_BASE 10000.0
+
+/* The largest error of the arm's own rotation of `in` into `out` (step s,
+ * position s after a one-token prompt), per pair, against the exact
+ * rotation by the angle as its shader forms it (f32 pos * pow(ts, i),
+ * td_rope_angle_f32), in units of 2^-24 (1 + |theta|) of the pair's length:
+ * into worst[0] over every pair, worst[1] over the pairs with |theta| >= 4,
+ * where the f32 rounding of the rotation itself is under half a unit. */
+static void rope_worst_units(const td_tapfile *f, int64_t s, const char *in, const char *out, int64_t heads,
+                             double worst[2]) {
+    double x[4 * ROPE_R], y[4 * ROPE_R];
+    const uint64_t n = (uint64_t)(heads * ROPE_R);
+    td_err err = {{0}};
+    cr_assert_eq(td_tapfile_read_f64(f, s, in, x, n, &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_read_f64(f, s, out, y, n, &err), TD_OK, "%s", err.msg);
+    for (int64_t i = 0; i < ROPE_R / 2; i++) {
+        const double th = (double)td_rope_angle_f32(TD_ROPE_ANGLE_F32_POW, s, i, ROPE_R, ROPE_BASE);
+        const double c = cos(th), sn = sin(th);
+        for (int64_t h = 0; h < heads; h++) {
+            const double u = x[h * ROPE_R + 2 * i], v = x[h * ROPE_R + 2 * i + 1];
+            const double len = hypot(u, v);
+            if (len == 0) continue;
+            const double e = hypot(y[h * ROPE_R + 2 * i] - (u * c - v * sn), y[h * ROPE_R + 2 * i + 1] - (u * sn + v * c));
+            const double units = e / (len * ldexp(1.0, -24) * (1 + fabs(th)));
+            if (units > worst[0]) worst[0] = units;
+            if (fabs(th) >= 4 && units > worst[1]) worst[1] = units;
+        }
+    }
+}
+
+/* What the device's rope computes, from its own taps: each pair of
+ * blk.0.attn_q/attn_k (llama-f32, 1 token + 64 steps, positions 0-64) is
+ * rotated within the rope-trig@U bound the arm declares for lavapipe
+ * (measured: worst 3.5, from pow(theta_scale, i) 3-4 f32 ulps off the host's
+ * powf at some pairs), and the bound is needed: at |theta| >= 4 the f32
+ * rounding of the rotation alone stays under half a unit, the device shows
+ * 2.6. A device whose pow/sin/cos outgrow the declared U fails here first. */
+Test(vulkan, rope_trig_bound_holds_on_the_device, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "llama-f32");
+    const char *vk = td_test_path(dir, "vk.h5");
+    const char *run_vk[] = {"run", "--model", model, "--backend", "llamacpp:vulkan", "--tokens", "1", "--steps", "64",
+                            "--taps", "blk.0.attn_q,blk.0.attn_k,blk.0.attn_q_rope,blk.0.attn_k_rope", "--threads", "1",
+                            "--out", vk, "--quiet", NULL};
+    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_vk);
+    cr_assert_eq(rc, 0, "vulkan run: exit %d", rc);
+    td_err err = {{0}};
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, vk, &err), TD_OK, "%s", err.msg);
+    char *prof = NULL, why[256];
+    cr_assert_eq(td_tapfile_attr_str(f, "profile", &prof, &err), TD_OK, "%s", err.msg);
+    td_profile p;
+    cr_assert_eq(td_profile_parse(prof, &p, why, sizeof why), 0, "%s", why);
+    cr_assert(p.rules & TD_RULE_ROPE_TRIG, "the Vulkan arm declares no rope-trig: %s", prof);
+    cr_assert_eq(td_profile_rope_angle(&p), TD_ROPE_ANGLE_F32_POW, "%s", prof);
+    double worst[2] = {0, 0};
+    for (int64_t s = 0; s <= 64; s++) {
+        rope_worst_units(f, s, "blk.0.attn_q", "blk.0.attn_q_rope", 4, worst);
+        rope_worst_units(f, s, "blk.0.attn_k", "blk.0.attn_k_rope", 2, worst);
+    }
+    td_tapfile_close(f);
+    cr_log_info("llama-f32 positions 0-64: the device's rotation is within %.2f units of 2^-24 (1 + |theta|) "
+                "(%.2f where |theta| >= 4), declared %s", worst[0], worst[1], prof);
+    cr_assert_leq(worst[0], (double)p.rope_trig_u, "the device's rotation (%.2f units) exceeds its declared %s",
+                  worst[0], prof);
+    cr_assert_gt(worst[1], 1.0,
+                 "f32 rounding alone explains the rotation at |theta| >= 4 (%.2f units): the bound is not the device's",
+                 worst[1]);
+    free(prof);
+}
+
+/* The late-position cells the rule is for, as a verdict: qwen3moe-ties, 40
+ * tokens + 16 decode steps (positions to 55). Without a rope rule the arm
+ * diverged at blk.0.attn_q_rope step 16 (r 1.02); with rope-f32-pow alone
+ * (the control's own f32 angle error taken away, nothing for the device's
+ * pow/sin/cos put back) at step 3 (r 1.2). */
+Test(vulkan, rope_late_positions_three_arm_conformant, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3moe-ties");
+    char toks[160] = "", *out = NULL, v[64], tap[96], st[32], pr[160];
+    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
+    int rc = bisect3(model, toks, "16", &out);
+    cr_assert(rc == 0 || rc == 1, "bisect exit %d", rc);
+    const char *bj = arm_b(out);
+    cr_assert_eq(rc, 0, "qwen3moe-ties, 40 tokens + 16 steps: exit %d, Vulkan arm %s at %s step %s (profile %s)", rc,
+                 field(bj, "\"verdict\"", v, sizeof v), field(bj, "\"first_tap\"", tap, sizeof tap),
+                 field(bj, "\"first_step\"", st, sizeof st), field(bj, "\"profile\"", pr, sizeof pr));
+    cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant");
+    free(out);
+}
+
+/* The rule cannot hide a rope bug: the arm's blk.0.attn_k_rope scaled by
+ * 1.001 on the device (llama-f32, 1 token + 4 steps) is named, on the GPU
+ * arm, at that tap and the first step (the bound's smallest, at position 0).
+ * A looser declared bound hides it: with the Vulkan specification's
+ * (rope-trig@8192, sin/cos 2^-11) it is caught there at r 1.17 only, with
+ * rope-trig@32768 not at all (seen: conformant). That is why lavapipe
+ * declares what it measures. */
+Test(vulkan, rope_perturbation_named_despite_rope_trig, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "llama-f32");
+    setenv("TD_LLAMACPP_PERTURB", "blk.0.attn_k_rope*1.001", 1);
+    setenv("TD_LLAMACPP_PERTURB_ARM", "llamacpp:vulkan", 1);
+    char *out = NULL, v[128];
+    int rc = bisect3(model, "1", "4", &out);
+    unsetenv("TD_LLAMACPP_PERTURB");
+    unsetenv("TD_LLAMACPP_PERTURB_ARM");
+    cr_assert_eq(rc, 1, "a perturbed rope must be divergent (exit %d)\n%.400s", rc, out);
+    cr_assert(strstr(out, "\"wrong_arm\":\"b\""), "%.300s", out);
+    const char *bj = arm_b(out);
+    cr_assert(strstr(field(bj, "\"profile\"", v, sizeof v), "rope-trig@"), "profile %s", v);
+    cr_assert_str_eq(field(bj, "\"first_tap\"", v, sizeof v), "blk.0.attn_k_rope");
+    cr_assert_str_eq(field(bj, "\"first_step\"", v, sizeof v), "0");
     free(out);
 }
