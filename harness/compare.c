@@ -582,6 +582,8 @@ static void tap_init(td_cmp_tap *t, const td_step_info *si, const td_tap_info *a
     t->err_ctrl = NAN;
     t->err_ctrl_used = NAN;
     t->carried = NAN;
+    t->err_head = NAN;
+    t->err_ctrl_head = NAN;
     t->growth = NAN;
     t->err_input = NAN;
     t->max_abs = NAN;
@@ -829,6 +831,61 @@ static int ctrl_pair(ctx *c, int64_t step, const char *name, const td_tap_info *
     return TD_OK;
 }
 
+/* Per-head norms: a tap that normalizes its input per head and row (each
+ * head of each row scaled to a fixed RMS), that input, and a tap of the same
+ * step whose last dimension counts the heads. The norm scales a head of small
+ * norm up to full size, and its relative error with it: on qwen3next-q8_0's
+ * Vulkan arm (8 tokens, step 3) blk.2.ssm_core's value heads 0 and 1 have a
+ * quarter of the others' norm (S.q cancels), and there the arm's error is
+ * 1.6e-5 and 1.3e-5 where the control's is 6.7e-6 and 4.1e-6, while the whole
+ * tap is 3.75e-6 against 3.2e-6; after the norm ssm_gated is 1.22e-5 against
+ * the control's 3.15e-6. */
+static const struct {
+    const char *normed, *input, *heads;
+} head_norms[] = {
+    {"ssm_gated", "ssm_core", "ssm_beta"},
+};
+
+// The values per head of b (cols per row) when a per-head norm reads it
+// (head_norms) and the step's heads tap divides its rows, else 0.
+static uint64_t head_size(const ctx *c, const td_tap_info *b, uint64_t cols) {
+    long L;
+    const char *base = blk_base(b->name, &L);
+    if (!base || b->ndim != 2 || !cols) return 0;
+    for (size_t i = 0; i < sizeof head_norms / sizeof head_norms[0]; i++) {
+        if (strcmp(base, head_norms[i].input)) continue;
+        char name[TD_TAP_NAME_MAX];
+        snprintf(name, sizeof name, "blk.%ld.%s", L, head_norms[i].heads);
+        const int64_t j = arm_find(&c->B, name);
+        if (j < 0 || c->B.taps[j].ndim < 1) return 0;
+        const int64_t H = c->B.taps[j].shape[c->B.taps[j].ndim - 1];
+        return H >= 1 && cols % (uint64_t)H == 0 ? cols / (uint64_t)H : 0;
+    }
+    return 0;
+}
+
+// The largest relative L2 of y against x over the heads (hd values) of nr
+// rows of cols values, and m; a head of zero norm in x, or holding a
+// non-finite value, is skipped (the whole tap's metrics judge those).
+static double head_max(const double *x, const double *y, int64_t nr, uint64_t cols, uint64_t hd, double m) {
+    for (int64_t r = 0; r < nr; r++)
+        for (uint64_t h0 = 0; h0 + hd <= cols; h0 += hd) {
+            const double *xh = x + (uint64_t)r * cols + h0, *yh = y + (uint64_t)r * cols + h0;
+            double d2 = 0, a2 = 0;
+            int bad = 0;
+            for (uint64_t j = 0; j < hd; j++) {
+                bad |= !isfinite(xh[j]) || !isfinite(yh[j]);
+                const double d = yh[j] - xh[j];
+                d2 += d * d;
+                a2 += xh[j] * xh[j];
+            }
+            if (bad || !(a2 > 0)) continue;
+            const double e = sqrt(d2 / a2);
+            if (isnan(m) || e > m) m = e;
+        }
+    return m;
+}
+
 // The sums and maxima of cmp_float's loop over finite values, kept in
 // registers; hist counts the element's ULP bin (two histograms take turns so
 // that equal bins in a row do not wait on each other's increment).
@@ -924,6 +981,7 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
     t->ulp_max = 0;
     int ctrl_alias_a = c->ca == &c->A;
     const ulp_kind uk = ulp_kind_of(b->dtype);
+    const uint64_t hd = head_size(c, b, cols);
     for (int64_t r0 = 0; r0 < rows; r0 += block) {
         int64_t nr = rows - r0 < block ? rows - r0 : block;
         uint64_t n = (uint64_t)nr * cols;
@@ -942,8 +1000,10 @@ static int cmp_float(ctx *c, int64_t step, const td_tap_info *a, const td_tap_in
                 cx2 += x[i] * x[i];
                 cy2 += y[i] * y[i];
             }
+            if (hd) t->err_ctrl_head = head_max(x, y, nr, cols, hd, t->err_ctrl_head);
         }
         if (!data) continue;
+        if (hd) t->err_head = head_max(c->ba, c->bb, nr, cols, hd, t->err_head);
         for (int64_t r = 0; r < nr; r++) {
             const double *ar = c->ba + (uint64_t)r * cols, *br = c->bb + (uint64_t)r * cols;
             double rd2 = 0, ra2 = 0;
@@ -1103,7 +1163,8 @@ static double copy_carried(ctx *c, const td_cmp_tap *t, int axis, double from_in
 
 // Applies the budget (and the logits row checks) once err and err_ctrl are
 // known. Priority of the failure kinds: non-finite, budget, top-1, KL.
-static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, double passed) {
+static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, double passed,
+                  const td_cmp_tap *hn) {
     if (t->method == TD_CMP_INTEGER) {
         int bug = t->n_int_mismatch > t->n_int_in_ctrl + t->n_int_qsa_tie;
         t->fail = bug ? TD_CMPF_INTEGER : TD_CMPF_OK;
@@ -1161,9 +1222,29 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, do
         if (isnan(t->err_ctrl_used) || carried > t->err_ctrl_used) t->err_ctrl_used = carried;
         t->carried = isfinite(t->err) && t->err < carried ? t->err : carried;
     }
+    // A per-head norm of hn (head_norms): each head comes out with its own
+    // relative error, so the control's largest per head is what honest
+    // arithmetic leaves in some head of this tap (and in the taps after it,
+    // which carry it on as they carry cached rows' error: once per link, at
+    // most what this tap showed). The arm's input is judged head by head at
+    // hn itself, so a bug in one head is not diluted by the others there.
+    if (hn && !isnan(hn->err_ctrl_head)) {
+        const double h = hn->err_ctrl_head, pass = isfinite(t->err) && t->err < h ? t->err : h;
+        if (isnan(t->err_ctrl_used) || h > t->err_ctrl_used) t->err_ctrl_used = h;
+        if (isnan(t->carried) || pass > t->carried) t->carried = pass;
+    }
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
     t->budget = kc > fl ? kc : fl;
     t->ratio = t->budget > 0 ? t->err / t->budget : (t->err > 0 ? INFINITY : 0.0);
+    // A tap a per-head norm reads: its worst head against the control's
+    // worst (or what the whole tap's budget allows, when that is more).
+    if (!isnan(t->err_head) && !isnan(t->err_ctrl_head)) {
+        const double u = t->err_ctrl_head > t->err_ctrl_used || isnan(t->err_ctrl_used) ? t->err_ctrl_head
+                                                                                          : t->err_ctrl_used;
+        const double hb = c->r->k * u > fl ? c->r->k * u : fl;
+        const double hr = hb > 0 ? t->err_head / hb : (t->err_head > 0 ? INFINITY : 0.0);
+        if (hr > t->ratio) t->ratio = hr;
+    }
     if (t->is_logits) {
         double kl_sum = 0;
         int64_t kl_n = 0;
@@ -1428,6 +1509,22 @@ static double carried_on(ctx *c, int64_t step_first, const td_cmp_tap *t, const 
     return m;
 }
 
+// The record of the input t normalizes per head (head_norms) at this step,
+// when it was measured head by head; else NULL.
+static const td_cmp_tap *head_norm_input(ctx *c, int64_t step_first, const td_cmp_tap *t) {
+    long L;
+    const char *base = blk_base(t->name, &L);
+    if (!base || t->method == TD_CMP_INTEGER) return NULL;
+    for (size_t i = 0; i < sizeof head_norms / sizeof head_norms[0]; i++) {
+        if (strcmp(base, head_norms[i].normed)) continue;
+        char name[TD_TAP_NAME_MAX];
+        snprintf(name, sizeof name, "blk.%ld.%s", L, head_norms[i].input);
+        const td_cmp_tap *x = step_result(c, step_first, name);
+        return x && x->seq < t->seq && !isnan(x->err_ctrl_head) ? x : NULL;
+    }
+    return NULL;
+}
+
 /* ------------------------------------------------------------ driver */
 
 static void add_note(td_cmp_result *r, const char *fmt, ...) {
@@ -1563,7 +1660,8 @@ static int compare_step(ctx *c, int64_t s, td_err *err) {
             st = cmp_float(c, s, a, b, t, err);
         if (st) break;
         const td_cmp_tap *in = growth(c, step_first, t);
-        judge(c, t, in, cached_inputs(c, step_first, t), carried_on(c, step_first, t, in));
+        judge(c, t, in, cached_inputs(c, step_first, t), carried_on(c, step_first, t, in),
+              head_norm_input(c, step_first, t));
         c->res_of[j] = idx;
         if (t->method == TD_CMP_DATA) r->n_data++;
         if (t->method == TD_CMP_FINGERPRINT) r->n_fingerprint++;

@@ -55,6 +55,14 @@
  *           one draw of; attn_ctx/attn_probs take it, and every tap after
  *           them takes what its inputs carry (at most each one's own error)
  *           times the control's growth on that link at that step.
+ *  per-head norms: ssm_gated normalizes ssm_core per value head (and row),
+ *           which scales a head of small norm up to full size, and its
+ *           relative error with it. ssm_core is measured head by head too
+ *           (err_head, err_ctrl_head: the largest over heads and rows of
+ *           each head's relative L2 to its own norm) and judged on that as
+ *           well (r >= err_head / (k err_ctrl_head)); ssm_gated's
+ *           err_ctrl_used is at least ssm_core's err_ctrl_head, which it
+ *           carries on to the taps after it as cached rows' error is.
  *  k = 4 by default: the control and the candidate are both honest
  *           roundings of the same computation; a different but correct
  *           implementation (blocked or FMA sums, other reduction trees) is
@@ -222,6 +230,11 @@ typedef struct td_cmp_tap {
     double carried;  /* the error of rows cached by earlier steps this tap
                         passes on to its consumers (attention's K/V cache:
                         compare.c, cached_inputs and carried_on); NaN = none */
+    double err_head; /* a tap a per-head norm reads (ssm_core, read by
+                        ssm_gated's RMSNorm per value head): the largest
+                        relative L2 of one head of one row, each relative to
+                        its own norm; NaN = not measured (other taps, no data) */
+    double err_ctrl_head; /* the control's, the same way; NaN = none */
     double floor;    /* the floor used for this tap */
     double budget;   /* max(k err_ctrl_used, floor) */
     double ratio;    /* err / budget */

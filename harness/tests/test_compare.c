@@ -1342,3 +1342,72 @@ Test(compare, small_tap_growth_is_learnt_from_the_prefill_rows, .timeout = 300) 
               (unsigned long long)t->count, t->ratio);
     td_cmp_result_free(r);
 }
+
+/* One step of a GDN layer's taps around its per-head norm (H = 4 value heads
+ * of 64, 2 rows): ssm_core's head 0 has a quarter of the others' norm.
+ * rel[k][h]: the amplitude of uniform noise (relative L2 about 0.58 of it)
+ * in head h of tap k (0 ssm_core, 1 ssm_gated, 2 ssm_out: whole tap at [2][0]). */
+static void write_headnorm(const char *path, uint64_t seed, const double rel[3][4]) {
+    static const char *names[3] = {"blk.0.ssm_core", "blk.0.ssm_gated", "blk.0.ssm_out"};
+    td_tap_sink *s = tg_open(path, seed ? "x" : "ref", "f64", NULL);
+    const int T = 2, H = 4, D = 64;
+    double v[2 * 4 * 64], beta[2 * 4];
+    tg_step(s, TD_STEP_PREFILL, 0, T);
+    for (int i = 0; i < T * H; i++) beta[i] = 0.5 + 0.25 * tg_unif(5, 0, (uint64_t)i);
+    tg_emit2(s, "blk.0.ssm_beta", TD_DT_F64, beta, T, H);
+    for (int k = 0; k < 3; k++) {
+        for (int i = 0; i < T * H * D; i++) {
+            const int h = k < 2 ? i % (H * D) / D : 0;
+            const double a = (k == 0 && h == 0 ? 0.25 : 1.0) * (tg_unif(37, (uint64_t)k, (uint64_t)i) + 0.1);
+            v[i] = a * (1 + (seed ? rel[k][h] * tg_unif(seed, (uint64_t)k, (uint64_t)i) : 0));
+        }
+        tg_emit2(s, names[k], TD_DT_F64, v, T, H * D);
+    }
+    tg_end(s);
+    tg_close(s);
+}
+
+/* qwen3next-q8_0 on the Vulkan arm (8 tokens, step 3): ssm_core's small
+ * heads carry the most error on both arms (the control's head 0 6.7e-6, its
+ * whole tap 3.2e-6), the candidate's 2.5x the control's there and less
+ * elsewhere, so the whole tap is within budget; ssm_gated's RMSNorm per head
+ * scales head 0 up to full size (the candidate 1.22e-5 against the control's
+ * 3.15e-6, whose error there was along the head and normalized away), and
+ * ssm_out follows. ssm_gated's budget takes ssm_core's control error head by
+ * head (divergent at ssm_gated without it), and ssm_out what ssm_gated
+ * carries on. A 1.2e-4 error in ssm_core's small head alone, under the
+ * whole tap's budget, is named at ssm_core by its worst head. */
+Test(compare, a_per_head_norm_takes_its_inputs_control_error_head_by_head) {
+    const double ctl[3][4] = {{1.2e-5, 5e-6, 5e-6, 5e-6}, {5e-6, 5e-6, 5e-6, 5e-6}, {5e-6}};
+    const double cand[3][4] = {{3e-5, 2.5e-6, 2.5e-6, 2.5e-6}, {4.5e-5, 2.5e-6, 2.5e-6, 2.5e-6}, {2.25e-5}};
+    write_headnorm(P("hna.h5"), 0, ctl);
+    write_headnorm(P("hnc.h5"), 41, ctl);
+    write_headnorm(P("hnb.h5"), 42, cand);
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("hnc.h5");
+    td_cmp_result *r = cmp(P("hna.h5"), P("hnb.h5"), &o);
+    cr_expect_eq(r->verdict, TD_OK, "a small head scaled up by the per-head norm: %s", r->reason);
+    const td_cmp_tap *c0 = find(r, 0, "blk.0.ssm_core"), *g0 = find(r, 0, "blk.0.ssm_gated"),
+                     *o0 = find(r, 0, "blk.0.ssm_out");
+    // the setting is the Vulkan cell's: ssm_gated's and ssm_out's own control
+    // errors are far from explaining the candidate's
+    cr_expect(g0->err > 4 * g0->err_ctrl && o0->err > 4 * o0->err_ctrl, "gated %.3g / %.3g, out %.3g / %.3g",
+              g0->err, g0->err_ctrl, o0->err, o0->err_ctrl);
+    cr_expect(c0->err_ctrl_head > 1.5 * c0->err_ctrl, "core: heads %.3g, whole %.3g", c0->err_ctrl_head,
+              c0->err_ctrl);
+    cr_expect_float_eq(g0->err_ctrl_used, c0->err_ctrl_head, 1e-15, "gated: %.3g", g0->err_ctrl_used);
+    const double passed = fmin(g0->err, c0->err_ctrl_head) * o0->err_ctrl / g0->err_ctrl;
+    cr_expect_float_eq(o0->err_ctrl_used, fmax(o0->err_ctrl, passed), 1e-15,
+                       "out: %.3g (once, times the control's growth on its link)", o0->err_ctrl_used);
+    td_cmp_result_free(r);
+    double bug[3][4];
+    memcpy(bug, cand, sizeof bug);
+    bug[0][0] = 1.2e-4;
+    write_headnorm(P("hnb.h5"), 42, bug);
+    r = cmp(P("hna.h5"), P("hnb.h5"), &o);
+    cr_expect_eq(r->verdict, TD_DIVERGENT, "1.2e-4 in one head of ssm_core: %s", r->reason);
+    c0 = find(r, 0, "blk.0.ssm_core");
+    cr_expect(c0->err < c0->budget, "the whole tap hides it: err %.3g, budget %.3g", c0->err, c0->budget);
+    if (r->first >= 0) cr_expect_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.0.ssm_core");
+    td_cmp_result_free(r);
+}
