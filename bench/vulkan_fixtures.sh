@@ -19,7 +19,8 @@
 # CPU seconds of the bisect (user+system, children included: lavapipe runs
 # on the CPU, so under load that is the cost to quote, not wall time). A
 # weight type an arm cannot run ends its cell in an "unsupported" line
-# (bisect exit 77), a tool failure in an "error" line. Exit 77 without a
+# (bisect exit 77), a tool failure or a crash of the peer in an "error" line
+# (a crash: exit 128 + signal and tapdiff's "arm crashed" line). Exit 77 without a
 # Vulkan device; otherwise 0 (the table is the result: an arm's verdict is
 # in it), or with STRICT=1 (bench/thresholds.sh's Vulkan sweep) 1 when any
 # cell is not conformant on both arms or failed.
@@ -71,8 +72,10 @@ for mp in "${models[@]}"; do
     cpu=$(awk 'NF == 2 && $1 ~ /^[0-9.]+$/ {printf "%.0f", $1 + $2}' "$work/cpu.txt" 2>/dev/null || true)
     if [ "$rc" -gt 1 ]; then
       what=error; [ "$rc" = 77 ] && what=unsupported
+      # a crash of the peer (exit 128 + signal): its own line, not what came before it
+      msg=$(grep -m1 'arm crashed' "$work/err.txt" || head -c 300 "$work/err.txt")
       printf '%-20s %-4s %s (bisect exit %d, FA %s, %s threads, %s s CPU): %s\n' "$name" "$p" "$what" "$rc" "$fa" \
-        "$th" "${cpu:-?}" "$(head -c 300 "$work/err.txt" | tr '\n' ' ')"
+        "$th" "${cpu:-?}" "$(printf '%s' "$msg" | head -c 400 | tr '\n' ' ')"
       bad=$((bad + 1)) cells=$((cells + 1))
       continue
     fi

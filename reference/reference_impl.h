@@ -31,6 +31,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "blocks.h"
 #include "forward.h"
 #include "qsa_rank.h"
 #include "ref_pool.h"
@@ -678,6 +679,25 @@ typedef struct mm_job {
     td_err *err; // (n_workers)
 } mm_job;
 
+/* Row `row` of an IQ2_XXS tensor as ggml-vulkan's tiled matmul loads it on
+ * an fp16 device (mul_mm_funcs.glsl, FLOAT_TYPE float16_t): the group scale
+ * d*(2s+1)/8 is rounded to f16 first, and its product with the grid value
+ * again. The exact value rounded once (mm-f16 alone) differs wherever the
+ * scale is not an f16 (llama-iq2_xxs, 40 tokens: blk.0.ffn_out, r 2.43). */
+static void iq2_xxs_row_f16_tile(const td_tensor *W, uint64_t row, real *y) {
+    const uint8_t *b = W->data + row * W->row_bytes;
+    const int64_t nb = W->ne[0] / 256;
+    for (int64_t i = 0; i < nb; i++, b += sizeof(td_blk_iq2_xxs)) {
+        const double d = td_blk_f16(td_blk_u16(b));
+        for (int g = 0; g < 32; g++) {
+            const td_iq_group q = td_iq2_xxs_group(b, g);
+            double v[8];
+            td_iq_dec_grid8(f16r(d * q.mul / 8), TD_IQ_TABLE(iq2xxs_grid)[q.idx], q.neg, v);
+            for (int k = 0; k < 8; k++) y[i * 256 + 8 * g + k] = (real)f16r(v[k]);
+        }
+    }
+}
+
 static void mm_worker(void *ctx, int w, int nw) {
     mm_job *j = ctx;
     const int64_t n_in = j->n_in, n_out = j->n_out, T = j->T;
@@ -685,12 +705,17 @@ static void mm_worker(void *ctx, int w, int nw) {
     real *row = j->r->row + (int64_t)w * j->r->max_in;
     j->rc[w] = TD_OK;
     for (int64_t o = o0; o < o1; o++) {
-        int rc = REAL_DECODE_ROW(j->W, (uint64_t)(j->row0 + o), row, &j->err[w]);
-        if (rc) {
-            j->rc[w] = rc;
-            return;
+        // acc-f16: the weight as lavapipe's f16 tile loader forms it
+        if (j->acc16 && j->W->type == TD_TYPE_IQ2_XXS) {
+            iq2_xxs_row_f16_tile(j->W, (uint64_t)(j->row0 + o), row);
+        } else {
+            int rc = REAL_DECODE_ROW(j->W, (uint64_t)(j->row0 + o), row, &j->err[w]);
+            if (rc) {
+                j->rc[w] = rc;
+                return;
+            }
+            if (j->mm16) F16_ROUND(row, row, n_in);
         }
-        if (j->mm16) F16_ROUND(row, row, n_in);
         for (int64_t t = 0; t < T; t++) {
             real s = j->acc16 ? FN(dot_acc16)(row, j->in + t * n_in, n_in, 2) : dot(row, j->in + t * n_in, n_in);
             if (j->bias) s += j->bias[o];

@@ -21,13 +21,16 @@
  * to that arm. Recorded in the version string. */
 #include "llamacpp.h"
 
+#include <fcntl.h>
 #include <pthread.h>
+#include <signal.h>
 #include <stdarg.h>
 #include <stdbool.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 #include <unistd.h>
 
 #include <ggml-backend.h>
@@ -629,6 +632,7 @@ typedef struct lc_backend {
     /* state operations: the sequence forwards append to, and every
      * sequence's positions and history while another is current */
     int n_seq, seq;
+    int crash_guarded; // counted in the crash handler's open GPU arms
     int64_t seq_past[TD_SEQ_MAX];
     td_hist seq_hist[TD_SEQ_MAX];
     char version[1024];
@@ -1138,12 +1142,120 @@ static bool eval_cb(struct ggml_tensor *t, bool ask, void *user) {
 }
 
 /* ===================================================================== */
+/* A crash of the peer                                                    */
+/* ===================================================================== */
+
+/* The arms run inside tapdiff's process, so a crash of the peer (llama.cpp,
+ * its GPU backend, or the device's driver: lavapipe's worker threads) ends
+ * tapdiff with no verdict. Without a word the user sees only the shell's
+ * "Segmentation fault" or glibc's heap message and cannot tell a tapdiff bug
+ * from the peer's. While a GPU arm is open this handler names the arm, the
+ * step and the thread on stderr, then hands the signal on to the handler it
+ * replaced (the default: core dump, exit status 128 + signal; a sanitizer's
+ * under -Db_sanitize), so a crash never reads as a verdict. Only
+ * async-signal-safe calls below. */
+static const int k_crash_sigs[] = {SIGSEGV, SIGBUS, SIGILL, SIGFPE, SIGABRT};
+#define N_CRASH_SIGS (sizeof k_crash_sigs / sizeof k_crash_sigs[0])
+static struct sigaction g_crash_old[N_CRASH_SIGS];
+static struct {
+    volatile sig_atomic_t open; // GPU arms open
+    volatile sig_atomic_t in_step;
+    const char *volatile arm;
+    volatile long long pos0, T;
+    volatile pid_t caller; // the thread in llama_decode
+    volatile sig_atomic_t installed;
+} g_crash;
+
+static void crash_put(const char *str) {
+    size_t n = strlen(str);
+    while (n) {
+        const ssize_t k = write(STDERR_FILENO, str, n);
+        if (k <= 0) return;
+        str += k, n -= (size_t)k;
+    }
+}
+
+static void crash_put_ll(long long v) {
+    char buf[24], *e = buf + sizeof buf - 1;
+    *e = '\0';
+    const int neg = v < 0;
+    unsigned long long u = neg ? 0ULL - (unsigned long long)v : (unsigned long long)v;
+    do *--e = (char)('0' + u % 10);
+    while ((u /= 10) && e > buf + 1);
+    if (neg) *--e = '-';
+    crash_put(e);
+}
+
+static void crash_handler(int sig, siginfo_t *si, void *uc) {
+    (void)uc;
+    size_t i = 0;
+    while (i < N_CRASH_SIGS && k_crash_sigs[i] != sig) i++;
+    if (g_crash.open > 0) {
+        const pid_t tid = (pid_t)syscall(SYS_gettid);
+        char comm[32] = "?";
+        const int fd = open("/proc/thread-self/comm", O_RDONLY | O_CLOEXEC);
+        if (fd >= 0) {
+            const ssize_t k = read(fd, comm, sizeof comm - 1);
+            comm[k > 0 ? k : 1] = '\0';
+            if (k > 0 && comm[k - 1] == '\n') comm[k - 1] = '\0';
+            close(fd);
+        }
+        const char *name = sig == SIGSEGV ? "SIGSEGV" : sig == SIGBUS ? "SIGBUS" : sig == SIGILL ? "SIGILL"
+                         : sig == SIGFPE  ? "SIGFPE"  : "SIGABRT";
+        crash_put("\ntapdiff: the ");
+        crash_put(g_crash.arm ? g_crash.arm : "llama.cpp GPU");
+        crash_put(" arm crashed: ");
+        crash_put(name);
+        crash_put(" in thread ");
+        crash_put_ll(tid);
+        crash_put(" '");
+        crash_put(comm);
+        crash_put(tid == g_crash.caller ? "' (the thread running the arm: llama.cpp's code or tapdiff's tap callback)"
+                                        : "' (not the thread running the arm: a worker of llama.cpp or of the "
+                                          "device's driver)");
+        if (g_crash.in_step) {
+            crash_put(", in its forward of ");
+            crash_put_ll(g_crash.T);
+            crash_put(" token(s) at position ");
+            crash_put_ll(g_crash.pos0);
+        } else {
+            crash_put(", outside a forward");
+        }
+        crash_put(". The peer crashed inside tapdiff's process: no verdict (README \"A crash of the peer\").\n");
+    }
+    // the previous handler takes it from here: a fault re-executes into it,
+    // a sent signal (abort's, kill's) is sent again
+    if (i < N_CRASH_SIGS) sigaction(sig, &g_crash_old[i], NULL);
+    else signal(sig, SIG_DFL);
+    if (si->si_code <= 0) raise(sig);
+}
+
+void td_llamacpp_crash_guard(const char *arm, int on) {
+    if (on) {
+        g_crash.arm = arm;
+        g_crash.caller = (pid_t)syscall(SYS_gettid);
+        g_crash.open++;
+    } else if (g_crash.open > 0) {
+        g_crash.open--;
+    }
+    if (!on || g_crash.installed) return;
+    g_crash.installed = 1;
+    struct sigaction sa;
+    memset(&sa, 0, sizeof sa);
+    sa.sa_sigaction = crash_handler;
+    sa.sa_flags = SA_SIGINFO;
+    sigemptyset(&sa.sa_mask);
+    for (size_t i = 0; i < N_CRASH_SIGS; i++) sigaction(k_crash_sigs[i], &sa, &g_crash_old[i]);
+}
+
+/* ===================================================================== */
 /* The backend                                                            */
 /* ===================================================================== */
 
 static void lc_close(td_backend *b) {
     lc_backend *s = (lc_backend *)b;
     if (!s) return;
+    if (s->crash_guarded) td_llamacpp_crash_guard(NULL, 0);
     if (s->batch.token) llama_batch_free(s->batch);
     if (s->lctx) llama_free(s->lctx);
     if (s->lm) llama_model_free(s->lm);
@@ -1412,6 +1524,7 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  (double)s->obs.perturb_scale);
     }
     s->base.vt = &td_llamacpp_backend;
+    if (kind != LC_CPU) td_llamacpp_crash_guard(arm, 1), s->crash_guarded = 1;
     *out = &s->base;
     return TD_OK;
 }
@@ -1452,7 +1565,9 @@ static int lc_forward(td_backend *b, const int32_t *tokens, int64_t T, int64_t p
     o->q4x_comb_layer = -1;
     o->qsa_layer = -1;
     log_clear();
+    if (s->crash_guarded) g_crash.pos0 = pos0, g_crash.T = T, g_crash.in_step = 1;
     const int32_t dr = llama_decode(s->lctx, *bt);
+    g_crash.in_step = 0;
     if (!o->rc) flush_held(o);
     o->sink = NULL;
     if (o->rc) return td_err_set(err, o->rc, "%s", o->err.msg);

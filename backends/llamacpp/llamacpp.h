@@ -58,6 +58,16 @@ const char *td_llamacpp_mapped_tap(size_t i, char *buf, size_t cap);
  * that feed it malformed files run it in a child. */
 int td_llamacpp_load_check(const char *path, td_err *err);
 
+/* The arms run in tapdiff's process: a crash of the peer (llama.cpp, its GPU
+ * backend, the device's driver in one of its threads) would end tapdiff with
+ * only the shell's "Segmentation fault". open() of a GPU arm calls this with
+ * on=1 (its close with on=0): while one is open, a handler of SIGSEGV, SIGBUS,
+ * SIGILL, SIGFPE and SIGABRT writes to stderr which arm crashed, in which
+ * thread and step, then passes the signal on to the handler it replaced (the
+ * default: exit status 128 + signal, never 0 or 1). Installed on the first
+ * call; arm is kept, not copied. */
+void td_llamacpp_crash_guard(const char *arm, int on);
+
 #ifdef __cplusplus
 }
 #endif

@@ -11,6 +11,8 @@
 #include <criterion/criterion.h>
 #include <criterion/logging.h>
 #include <math.h>
+#include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1769,4 +1771,57 @@ Test(llamacpp, oddblocks_shared_step1_tie_64_steps_bisect_conformant, .init = ma
             cr_expect(strstr(out, "first divergent tap: blk.1.attn_out at step 0"), "%s", out);
         }
     }
+}
+
+/* A crash of the peer inside tapdiff's process (lavapipe's worker thread
+ * aborting on a corrupted heap, README "A crash of the peer") must name the
+ * arm and the thread on stderr and still end the process by the signal, not
+ * by an exit status a verdict uses; with no GPU arm open nothing is added. A
+ * child per case: a thread it starts calls abort() as glibc does there. */
+#ifdef TD_HAVE_LLAMACPP
+static void *abort_thread(void *arg) {
+    (void)arg;
+    abort();
+}
+
+static int crash_child(int guard, char *msg, size_t n) {
+    int fd[2];
+    cr_assert_eq(pipe(fd), 0);
+    fflush(NULL);
+    const pid_t pid = fork();
+    cr_assert(pid >= 0);
+    if (pid == 0) {
+        close(fd[0]);
+        dup2(fd[1], STDERR_FILENO);
+        if (guard) td_llamacpp_crash_guard("llamacpp:vulkan", 1);
+        pthread_t th;
+        if (pthread_create(&th, NULL, abort_thread, NULL)) _exit(98);
+        pthread_join(th, NULL);
+        _exit(99);
+    }
+    close(fd[1]);
+    size_t got = 0;
+    ssize_t k;
+    while (got < n - 1 && (k = read(fd[0], msg + got, n - 1 - got)) > 0) got += (size_t)k;
+    msg[got] = '\0';
+    close(fd[0]);
+    int st = 0;
+    waitpid(pid, &st, 0);
+    return WIFSIGNALED(st) ? 128 + WTERMSIG(st) : WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+}
+#endif
+
+Test(llamacpp, peer_crash_named_and_not_a_verdict, .timeout = 600) {
+    REQUIRE_PEER();
+#ifdef TD_HAVE_LLAMACPP
+    char msg[4096];
+    int st = crash_child(1, msg, sizeof msg);
+    cr_expect_eq(st, 128 + SIGABRT, "guarded: status %d, stderr: %s", st, msg);
+    cr_expect(strstr(msg, "tapdiff: the llamacpp:vulkan arm crashed: SIGABRT in thread") != NULL, "stderr: %s", msg);
+    cr_expect(strstr(msg, "not the thread running the arm") != NULL, "stderr: %s", msg);
+    cr_expect(strstr(msg, "no verdict") != NULL, "stderr: %s", msg);
+    st = crash_child(0, msg, sizeof msg);
+    cr_expect_eq(st, 128 + SIGABRT, "unguarded: status %d, stderr: %s", st, msg);
+    cr_expect(strstr(msg, "tapdiff:") == NULL, "unguarded: stderr: %s", msg);
+#endif
 }

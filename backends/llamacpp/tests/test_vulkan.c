@@ -583,6 +583,25 @@ Test(vulkan, moe_40_tokens_three_arm_conformant, .init = setup, .fini = teardown
     free(out);
 }
 
+/* IQ2_XXS in the tiled f16 matmul (a 40-token prefill): lavapipe's tile
+ * loader rounds the group scale d*(2s+1)/8 to f16 before multiplying it by
+ * the grid value (mul_mm_funcs.glsl), and acc-f16 forms the weight so. Before
+ * (the exact weight rounded to f16 once), llama-iq2_xxs diverged at its one
+ * IQ2_XXS matmul, blk.0.ffn_out of the prefill, r 2.43. */
+Test(vulkan, acc_f16_rule_forms_iq2_xxs_as_the_tile_loader, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "llama-iq2_xxs");
+    char toks[160] = "", *out = NULL, v[64], f[128];
+    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
+    int rc = bisect3(model, toks, "1", &out);
+    cr_assert(rc == 0 || rc == 1, "bisect exit %d", rc);
+    const char *bj = arm_b(out);
+    cr_assert_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant", "first divergent %s; %.600s",
+                     field(bj, "\"name\"", f, sizeof f), bj);
+    cr_assert_eq(rc, 0, "three-arm bisect: exit %d", rc);
+    free(out);
+}
+
 /* ---- hybrid architectures (qwen4exp, qwen3next) ------------------------ */
 
 /* Every catalog tap the llama.cpp arms emit on qwen4exp: they build the
