@@ -702,10 +702,6 @@ double td_rope_trig_offset_u(int64_t u, int64_t pos, int64_t i, double theta) {
     return (z >> 63) ? b : -b;
 }
 
-double td_rope_trig_offset(const td_profile *p, int64_t pos, int64_t i, double theta) {
-    return (p->rules & TD_RULE_ROPE_TRIG) ? td_rope_trig_offset_u(p->rope_trig_u, pos, i, theta) : 0.0;
-}
-
 float td_rope_angle_f32(td_rope_angle form, int64_t pos, int64_t i, int64_t R, double base) {
     // both backends take theta_scale from the host's powf in f32
     const float ts = powf((float)base, -2.0f / (float)R);

@@ -74,7 +74,7 @@
  *               one, as sin's and cos's). The f64 oracle keeps the formed
  *               angle with exact sine and cosine; ref32, the control, rotates
  *               by the angle plus that bound at full size, its sign drawn
- *               per position and pair (td_rope_trig_offset), so the budget
+ *               per position and pair (td_rope_trig_offset_u), so the budget
  *               (k times the control's error) holds what the declared
  *               device may honestly add, and no more. U is
  *               the device's: measured on lavapipe (4), or the Vulkan
@@ -194,9 +194,8 @@ float td_rope_angle_f32(td_rope_angle form, int64_t pos, int64_t i, int64_t R, d
 /* rope-trig@U: the angle offset the control (ref32) rotates pair i at
  * position pos by, on top of theta: +-U * 2^-24 * (1 + |theta|), the bound
  * at full size, its sign a deterministic draw from (pos, i) so that
- * neighbouring pairs and positions do not err alike. 0 when the profile has
- * no rope-trig. */
-double td_rope_trig_offset(const td_profile *p, int64_t pos, int64_t i, double theta);
+ * neighbouring pairs and positions do not err alike. 0 when u <= 0 (no
+ * rope-trig: the profile's rope_trig_u). */
 double td_rope_trig_offset_u(int64_t u, int64_t pos, int64_t i, double theta);
 
 /* How ggml-vulkan's scalar flash-attention shader (flash_attn.comp, this

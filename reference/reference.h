@@ -41,7 +41,7 @@ typedef struct td_ref_rope {
     double attn_factor;      /* magnitude factor (1 = none) */
     double n_ctx_orig;       /* YaRN original context length */
     int angle;               /* td_rope_angle (backends/profile.h): 0 = exact; rope-f32-mul/-pow: formed in f32 */
-    int64_t trig_u;          /* rope-trig@U; 0 = none. Only ref32 (the control) uses it: td_rope_trig_offset */
+    int64_t trig_u;          /* rope-trig@U; 0 = none. Only ref32 (the control) uses it: td_rope_trig_offset_u */
 } td_ref_rope;
 
 /* Query head h uses KV head floor(h / (H/Hkv)) (consecutive query heads share
