@@ -63,6 +63,10 @@
  *           well (r >= err_head / (k err_ctrl_head)); ssm_gated's
  *           err_ctrl_used is at least ssm_core's err_ctrl_head, which it
  *           carries on to the taps after it as cached rows' error is.
+ *           A head of < TD_CMP_SMALL_TAP values is one draw, as a small tap
+ *           is: its control error is at least the whole tap's err_ctrl
+ *           times the largest spread (err_ctrl_head / err_ctrl, at most
+ *           TD_CMP_SMALL_GROWTH) the control showed at the tap so far.
  *  k = 4 by default: the control and the candidate are both honest
  *           roundings of the same computation; a different but correct
  *           implementation (blocked or FMA sums, other reduction trees) is
@@ -235,6 +239,7 @@ typedef struct td_cmp_tap {
                         relative L2 of one head of one row, each relative to
                         its own norm; NaN = not measured (other taps, no data) */
     double err_ctrl_head; /* the control's, the same way; NaN = none */
+    uint64_t head_n; /* values per head where err_head is measured, else 0 */
     double floor;    /* the floor used for this tap */
     double budget;   /* max(k err_ctrl_used, floor) */
     double ratio;    /* err / budget */
