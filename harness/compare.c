@@ -842,28 +842,39 @@ static int ctrl_pair(ctx *c, int64_t step, const char *name, const td_tap_info *
  * 1.6e-5 and 1.3e-5 where the control's is 6.7e-6 and 4.1e-6, while the whole
  * tap is 3.75e-6 against 3.2e-6; after the norm ssm_gated is 1.22e-5 against
  * the control's 3.15e-6. */
-static const struct {
+typedef struct head_norm {
     const char *normed, *input, *heads;
-} head_norms[] = {
+} head_norm;
+
+static const head_norm head_norms[] = {
     {"ssm_gated", "ssm_core", "ssm_beta"},
 };
+
+// The head_norms entry whose input (as_input) or normed tap `name` is, with
+// the full name of its sibling in the same block: the heads tap for an
+// input, the input for a normed tap. NULL when name is neither.
+static const head_norm *head_norm_find(const char *name, int as_input, char sibling[TD_TAP_NAME_MAX]) {
+    long L;
+    const char *base = blk_base(name, &L);
+    if (!base) return NULL;
+    for (size_t i = 0; i < sizeof head_norms / sizeof head_norms[0]; i++) {
+        const head_norm *h = &head_norms[i];
+        if (strcmp(base, as_input ? h->input : h->normed)) continue;
+        snprintf(sibling, TD_TAP_NAME_MAX, "blk.%ld.%s", L, as_input ? h->heads : h->input);
+        return h;
+    }
+    return NULL;
+}
 
 // The values per head of b (cols per row) when a per-head norm reads it
 // (head_norms) and the step's heads tap divides its rows, else 0.
 static uint64_t head_size(const ctx *c, const td_tap_info *b, uint64_t cols) {
-    long L;
-    const char *base = blk_base(b->name, &L);
-    if (!base || b->ndim != 2 || !cols) return 0;
-    for (size_t i = 0; i < sizeof head_norms / sizeof head_norms[0]; i++) {
-        if (strcmp(base, head_norms[i].input)) continue;
-        char name[TD_TAP_NAME_MAX];
-        snprintf(name, sizeof name, "blk.%ld.%s", L, head_norms[i].heads);
-        const int64_t j = arm_find(&c->B, name);
-        if (j < 0 || c->B.taps[j].ndim < 1) return 0;
-        const int64_t H = c->B.taps[j].shape[c->B.taps[j].ndim - 1];
-        return H >= 1 && cols % (uint64_t)H == 0 ? cols / (uint64_t)H : 0;
-    }
-    return 0;
+    char heads[TD_TAP_NAME_MAX];
+    if (b->ndim != 2 || !cols || !head_norm_find(b->name, 1, heads)) return 0;
+    const int64_t j = arm_find(&c->B, heads);
+    if (j < 0 || c->B.taps[j].ndim < 1) return 0;
+    const int64_t H = c->B.taps[j].shape[c->B.taps[j].ndim - 1];
+    return H >= 1 && cols % (uint64_t)H == 0 ? cols / (uint64_t)H : 0;
 }
 
 // The largest relative L2 of y against x over the heads (hd values) of nr
@@ -1213,16 +1224,16 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, do
     }
     if ((small || copy) && in && !isnan(in->err_ctrl_used)) {
         const double from_in = copy ? copy_carried(c, t, axis, in->err_ctrl_used) : in->err_ctrl_used * g;
-        if (isnan(t->err_ctrl_used) || from_in > t->err_ctrl_used) t->err_ctrl_used = from_in;
+        t->err_ctrl_used = fmax(t->err_ctrl_used, from_in); // fmax: a NaN (none yet) counts as missing
     }
     // The error of earlier steps' cached rows: read here (cached_inputs) or
     // passed on by its inputs (carried_on). What this tap passes on is the
     // part of its own error that term explains: never more than the tap
     // showed, so where the arm is as close as the control nothing after it
     // is loosened.
-    const double carried = isnan(cached) || passed > cached ? passed : cached;
+    const double carried = fmax(cached, passed);
     if (!isnan(carried)) {
-        if (isnan(t->err_ctrl_used) || carried > t->err_ctrl_used) t->err_ctrl_used = carried;
+        t->err_ctrl_used = fmax(t->err_ctrl_used, carried);
         t->carried = isfinite(t->err) && t->err < carried ? t->err : carried;
     }
     // A per-head norm of hn (head_norms): each head comes out with its own
@@ -1233,8 +1244,8 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, do
     // hn itself, so a bug in one head is not diluted by the others there.
     if (hn && !isnan(hn->err_ctrl_head)) {
         const double h = hn->err_ctrl_head, pass = isfinite(t->err) && t->err < h ? t->err : h;
-        if (isnan(t->err_ctrl_used) || h > t->err_ctrl_used) t->err_ctrl_used = h;
-        if (isnan(t->carried) || pass > t->carried) t->carried = pass;
+        t->err_ctrl_used = fmax(t->err_ctrl_used, h);
+        t->carried = fmax(t->carried, pass);
     }
     double kc = !isnan(t->err_ctrl_used) ? c->r->k * t->err_ctrl_used : 0.0;
     t->budget = kc > fl ? kc : fl;
@@ -1242,8 +1253,7 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, do
     // A tap a per-head norm reads: its worst head against the control's
     // worst (or what the whole tap's budget allows, when that is more).
     if (!isnan(t->err_head) && !isnan(t->err_ctrl_head)) {
-        double u = t->err_ctrl_head > t->err_ctrl_used || isnan(t->err_ctrl_used) ? t->err_ctrl_head
-                                                                                    : t->err_ctrl_used;
+        double u = fmax(t->err_ctrl_head, t->err_ctrl_used);
         // A head of few values is one draw, as a small tap is: which head
         // the arithmetic's error lands in, and how far a head whose S.q
         // cancels scales it up, differ from draw to draw. On qwen4exp-ties'
@@ -1263,7 +1273,7 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, do
             const double gi = t->err_ctrl_head / t->err_ctrl;
             if (gi > e->gmax) e->gmax = gi;
             const double spread = t->err_ctrl * (e->gmax < TD_CMP_SMALL_GROWTH ? e->gmax : TD_CMP_SMALL_GROWTH);
-            if (spread > u) u = spread;
+            u = fmax(u, spread);
         }
         const double hb = c->r->k * u > fl ? c->r->k * u : fl;
         const double hr = hb > 0 ? t->err_head / hb : (t->err_head > 0 ? INFINITY : 0.0);
@@ -1536,17 +1546,10 @@ static double carried_on(ctx *c, int64_t step_first, const td_cmp_tap *t, const 
 // The record of the input t normalizes per head (head_norms) at this step,
 // when it was measured head by head; else NULL.
 static const td_cmp_tap *head_norm_input(ctx *c, int64_t step_first, const td_cmp_tap *t) {
-    long L;
-    const char *base = blk_base(t->name, &L);
-    if (!base || t->method == TD_CMP_INTEGER) return NULL;
-    for (size_t i = 0; i < sizeof head_norms / sizeof head_norms[0]; i++) {
-        if (strcmp(base, head_norms[i].normed)) continue;
-        char name[TD_TAP_NAME_MAX];
-        snprintf(name, sizeof name, "blk.%ld.%s", L, head_norms[i].input);
-        const td_cmp_tap *x = step_result(c, step_first, name);
-        return x && x->seq < t->seq && !isnan(x->err_ctrl_head) ? x : NULL;
-    }
-    return NULL;
+    char input[TD_TAP_NAME_MAX];
+    if (t->method == TD_CMP_INTEGER || !head_norm_find(t->name, 0, input)) return NULL;
+    const td_cmp_tap *x = step_result(c, step_first, input);
+    return x && x->seq < t->seq && !isnan(x->err_ctrl_head) ? x : NULL;
 }
 
 /* ------------------------------------------------------------ driver */
