@@ -1334,10 +1334,13 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // tuning of other vendors' devices differs and is not modelled
         const lc_gpu *g = &g_gpu[s->kind];
         const int sg = s->kind == LC_VULKAN ? cap_int(g->caps, "warp size:") : -1;
-        // (head sizes that are not a multiple of 8 go to the CPU's flash attention)
         if (g->fp16 && !g->coopmat && sg >= 1 && sg <= 32 && !(sg & (sg - 1)) && m->hp.head_dim % 8 == 0 &&
             (strstr(g->caps, "llvmpipe") || strstr(g->desc, "llvmpipe")))
             snprintf(p + strlen(p), n - strlen(p), "+fa-acc-f16@%d", sg);
+        // ggml-vulkan refuses FLASH_ATTN_EXT for head sizes that are not a
+        // multiple of 8 (ggml_backend_vk_device_supports_op), on any device:
+        // the scheduler runs it on ggml-cpu, whose kernel sums in f16 (fa-cpu)
+        if (s->kind == LC_VULKAN && m->hp.head_dim % 8) snprintf(p + strlen(p), n - strlen(p), "+fa-cpu");
     }
 }
 
@@ -1514,7 +1517,11 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
                  "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s%s",
                  llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
-                 g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat, s->flash_attn ? "on" : "off",
+                 g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat,
+                 !s->flash_attn                ? "off"
+                 : strstr(s->profile, "fa-cpu") ? "on (head size not a multiple of 8: on ggml-cpu, fa-cpu)"
+                 : strstr(s->profile, "fa-acc-f16") ? "on (fa-acc-f16)"
+                                                     : "on",
                  getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
                  (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "", rope_trig);
     }
