@@ -431,7 +431,7 @@ static const struct {
     {TD_RULE_KV_F16, "kv-f16"},     {TD_RULE_FA_F16, "fa-f16"},     {TD_RULE_MM_F16, "mm-f16"},
     {TD_RULE_ACC_F16, "acc-f16"},   {TD_RULE_FA_ACC_F16, "fa-acc-f16"},
     {TD_RULE_ROPE_F32_MUL, "rope-f32-mul"}, {TD_RULE_ROPE_F32_POW, "rope-f32-pow"},
-    {TD_RULE_ROPE_TRIG, "rope-trig"},
+    {TD_RULE_ROPE_TRIG, "rope-trig"}, {TD_RULE_FA_CPU, "fa-cpu"},
 };
 #define N_RULES (sizeof rule_names / sizeof rule_names[0])
 
@@ -453,7 +453,7 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
             if (strlen(rule_names[i].name) == nlen && !strncmp(c, rule_names[i].name, nlen)) hit = rule_names[i].rule;
         if (!hit) {
             if (why) snprintf(why, n, "unknown rule '%.*s' (rules: act-q8, act-q8_1[@K], attn-f16, kv-f16, fa-f16, mm-f16@N, acc-f16, "
-                                      "fa-acc-f16@S, rope-f32-mul, rope-f32-pow, rope-trig@U; joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
+                                      "fa-acc-f16@S, fa-cpu, rope-f32-mul, rope-f32-pow, rope-trig@U; joined with '+', or native)", (int)(len > 60 ? 60 : len), c);
             return -1;
         }
         if (p.rules & hit) {
@@ -523,6 +523,10 @@ int td_profile_parse(const char *s, td_profile *out, char *why, size_t n) {
     // the shader's arithmetic refines the K/V cast, which it reads
     if ((p.rules & TD_RULE_FA_ACC_F16) && !(p.rules & TD_RULE_FA_F16)) {
         if (why) snprintf(why, n, "fa-acc-f16 refines fa-f16 (flash attention reads K and V in f16): add fa-f16");
+        return -1;
+    }
+    if ((p.rules & TD_RULE_FA_CPU) && !(p.rules & TD_RULE_FA_F16)) {
+        if (why) snprintf(why, n, "fa-cpu refines fa-f16 (flash attention reads K and V in f16): add fa-f16");
         return -1;
     }
     *out = p;
@@ -610,6 +614,13 @@ static int64_t pad_up(int64_t x, int64_t a) {
     return (x + a - 1) / a * a;
 }
 
+/* The cache cells a flash-attention node sees: llama.cpp pads the context
+ * to 256 cells and the used cells to 256 (at least 256): get_n_kv. */
+static int64_t fa_kv_view(int64_t n_kv, int64_t n_ctx) {
+    const int64_t kv = pad_up(n_kv, 256), size = pad_up(n_ctx > n_kv ? n_ctx : n_kv, 256);
+    return kv < size ? kv : size;
+}
+
 /* ggml-vulkan's get_fa_tuning_params_scalar for a vendor other than Intel
  * and AMD: row split, workgroup size, block rows and columns, D split. */
 static void fa_tuning(int64_t S, int64_t D, int64_t n_rows, int reduce_rows, int64_t *rs, int64_t *wg, int64_t *br,
@@ -639,11 +650,7 @@ int td_profile_fa_geom(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, i
         T < 1 || n_kv < T)
         return -1;
     const int64_t S = p->fa_sg;
-    // llama.cpp pads the context to 256 cells and shows the shader the used
-    // cells padded to 256 (at least 256): get_n_kv
-    int64_t kv = pad_up(n_kv, 256);
-    const int64_t size = pad_up(n_ctx > n_kv ? n_ctx : n_kv, 256);
-    if (kv > size) kv = size;
+    const int64_t kv = fa_kv_view(n_kv, n_ctx);
     const int reduce_rows = (D & 8) || kv < 1024;
     int64_t rs, wg, br, bc, ds;
     // grouped-query steps of up to 8 tokens put a KV head's query heads in one workgroup
@@ -677,6 +684,19 @@ int td_profile_fa_geom(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, i
     g->sg = S;
     if (g->group < 1 || g->cols % g->group || bc % g->cols) return -1;
     return 0;
+}
+
+td_fa_cpu_path td_profile_fa_cpu(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t n_kv,
+                                 int64_t n_ctx) {
+    td_fa_geom g;
+    if (!(p->rules & TD_RULE_FA_CPU) || !td_profile_fa_geom(p, D, H, Hkv, T, n_kv, n_ctx, &g)) return TD_FA_CPU_NONE;
+    // ggml_compute_forward_flash_attn_ext_f16: a one-token step over 512
+    // cells or more splits the cells among the threads
+    if (T == 1 && fa_kv_view(n_kv, n_ctx) >= 512) return TD_FA_CPU_SPLIT_KV;
+    // tiles of GGML_FA_TILE_Q = 64 query rows (rows of one head), when the
+    // head size fills the AVX2 build's 8-lane f32 vectors
+    if (T >= 64 && D % 8 == 0) return TD_FA_CPU_TILED;
+    return TD_FA_CPU_ONE_CHUNK;
 }
 
 td_rope_angle td_profile_rope_angle(const td_profile *p) {

@@ -51,6 +51,18 @@
  *               rescale per block of columns, the threads then combined in
  *               ggml-vulkan's order, split-k partials in f32 (td_fa_geom).
  *               Replaces attn-f16 for attention in every step.
+ *   fa-cpu      with fa-f16: flash attention as ggml-cpu runs it (ops.cpp,
+ *               flash_attn_ext_f16_one_chunk, AVX2 build), for the shapes
+ *               fa-acc-f16 does not take (a Vulkan device leaves head sizes
+ *               that are not a multiple of 8 to the CPU): Q in f16
+ *               (unscaled), each score ggml_vec_dot_f16's f32 sum times the
+ *               scale, the keys in cache order with a running max; the
+ *               output accumulates in f16, rescaled by f16(O*e^(Mold-M))
+ *               on a new max and updated by f16(O + v*e^(s-M)) (one fused
+ *               f32 step), the probabilities and their sum staying f32;
+ *               then O*(1/sum) in f32. Steps ggml-cpu runs in its f32 tiled
+ *               kernel (64+ tokens, head size a multiple of 8) take fa-f16
+ *               alone (td_profile_fa_cpu). Replaces attn-f16 for attention.
  *   rope-f32-mul the rotary angle as ggml-cpu forms it (ops.cpp,
  *               ggml_rope_cache_init): theta_scale = powf(base, -2/R) in
  *               f32, theta = pos then theta *= theta_scale once per pair,
@@ -145,6 +157,7 @@ enum {
     TD_RULE_ROPE_F32_MUL = 1u << 8,
     TD_RULE_ROPE_F32_POW = 1u << 9,
     TD_RULE_ROPE_TRIG = 1u << 10,
+    TD_RULE_FA_CPU = 1u << 11,
 };
 
 typedef struct td_profile {
@@ -227,6 +240,22 @@ typedef struct td_fa_geom {
 int td_profile_fa_geom(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t n_kv,
                        int64_t n_ctx, td_fa_geom *g);
 
+/* How ggml-cpu runs the flash attention of a step of T tokens over n_kv
+ * cached positions in a context of n_ctx, head size D (profile fa-cpu, this
+ * peer revision, its AVX2 variant): TD_FA_CPU_NONE when the profile has no
+ * fa-cpu or fa-acc-f16 takes the shape (td_profile_fa_geom); ONE_CHUNK, its
+ * f16-accumulating kernel; TILED, its f32 kernel (T >= 64 and D a multiple
+ * of the 8 f32 lanes: nothing to round beyond fa-f16); SPLIT_KV, one-token
+ * steps over a cache view of 512 cells or more, whose partials per thread
+ * are not modelled (the caller refuses the shape). */
+typedef enum td_fa_cpu_path {
+    TD_FA_CPU_NONE = 0,
+    TD_FA_CPU_ONE_CHUNK = 1,
+    TD_FA_CPU_TILED = 2,
+    TD_FA_CPU_SPLIT_KV = 3,
+} td_fa_cpu_path;
+td_fa_cpu_path td_profile_fa_cpu(const td_profile *p, int64_t D, int64_t H, int64_t Hkv, int64_t T, int64_t n_kv,
+                                 int64_t n_ctx);
 
 /* ---- Rounding ties of the f64 oracle ------------------------------------
  * An arm computing in f32 rounds an activation code from a value that

@@ -406,6 +406,73 @@ static void fa_range(real *out, const real *q, const real *k, const real *v, con
     }
 }
 
+/* One score of ggml-cpu's flash attention: ggml_vec_dot_f16 of f16 Q and K
+ * rows (products exact in f32) as its AVX2 build sums them: 32 at a time
+ * into four 8-lane f32 accumulators, which are then added pairwise (0+2,
+ * 1+3, then 0+1), each lane to the one 4 above it, and the four left by two
+ * horizontal adds; the last D % 32 products added to that in f64; the
+ * result an f32. */
+static real fa_cpu_dot(const real *q, const real *k, int64_t D) {
+    const int64_t np = D & ~(int64_t)31;
+    double sum = 0;
+    if (np) {
+        real acc[4][8] = {{0}};
+        for (int64_t i = 0; i < np; i += 32)
+            for (int j = 0; j < 4; j++)
+                for (int l = 0; l < 8; l++) acc[j][l] += q[i + 8 * j + l] * k[i + 8 * j + l];
+        real t[4];
+        for (int l = 0; l < 8; l++) acc[0][l] += acc[2][l], acc[1][l] += acc[3][l];
+        for (int l = 0; l < 8; l++) acc[0][l] += acc[1][l];
+        for (int l = 0; l < 4; l++) t[l] = acc[0][l] + acc[0][l + 4];
+        sum = (double)((t[0] + t[1]) + (t[2] + t[3]));
+    }
+    for (int64_t i = np; i < D; i++) sum += (double)q[i] * (double)k[i];
+    return (real)sum;
+}
+
+/* Flash attention of the (token, head) pairs [i0, i1) as ggml-cpu's
+ * one-chunk kernel runs it (profile fa-cpu; ops.cpp
+ * ggml_compute_forward_flash_attn_ext_f16_one_chunk of the peer revision):
+ * q holds f16(q), unscaled, k/v the f16 cache. The visible cells in cache
+ * order (masked ones are skipped); each score fa_cpu_dot times the f32
+ * scale; a score above the running max M makes it the max and rescales the
+ * f16 output O by e^(Mold-M), every element f16(O*ms); then O = f16(O +
+ * v*p) with p = e^(s-M) (1 for the new max), the product and sum one fused
+ * f32 step in the AVX2 build, and the f32 sum S = S*ms + p; at the end O in
+ * f32 times 1/S. Unlike ggml-vulkan's shader the probabilities stay f32.
+ * ok: n_kv flags of scratch. */
+static void fa_cpu_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *O,
+                         char *ok, int64_t H, int64_t Hkv, int64_t D, int64_t n_kv, real scale, int64_t i0,
+                         int64_t i1, const int32_t *sel, int64_t sel_w) {
+    for (int64_t i = i0; i < i1; i++) {
+        const int64_t t = i / H, h = i % H, kh = td_ref_gqa_kv_head(h, H, Hkv);
+        const real *qh = q + (t * H + h) * D;
+        for (int64_t s = 0; s < n_kv; s++) ok[s] = !sel && s <= pos[t];
+        if (sel)
+            for (int64_t j = 0; j < sel_w && sel[t * sel_w + j] >= 0; j++) ok[sel[t * sel_w + j]] = 1;
+        real M = -(real)INFINITY, S = 0;
+        for (int64_t d = 0; d < D; d++) O[d] = 0;
+        for (int64_t s = 0; s < n_kv; s++) {
+            if (!ok[s]) continue;
+            const real sc = fa_cpu_dot(qh, k + (s * Hkv + kh) * D, D) * scale;
+            real ms = 1, p = 1;
+            if (sc > M) {
+                ms = R_EXP(M - sc);
+                M = sc;
+                for (int64_t d = 0; d < D; d++) O[d] = (real)f16r((double)O[d] * (double)ms);
+            } else {
+                p = R_EXP(sc - M);
+            }
+            const real *vs = v + (s * Hkv + kh) * D;
+            for (int64_t d = 0; d < D; d++) O[d] = (real)f16r((double)O[d] + (double)vs[d] * (double)p);
+            S = S * ms + p;
+        }
+        const real inv = S == 0 ? 0 : 1 / S;
+        real *oh = out + (t * H + h) * D;
+        for (int64_t d = 0; d < D; d++) oh[d] = O[d] * inv;
+    }
+}
+
 void FN(attention)(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *att,
                    int64_t T, int64_t H, int64_t Hkv, int64_t D) {
     attention_range(out, q, k, v, pos, att, H, Hkv, D, 0, T * H, 0, NULL, 0, -1);
@@ -845,6 +912,27 @@ static void fa_worker(void *ctx, int w, int nw) {
     free(ws);
 }
 
+/* ggml-cpu's flash attention (fa-cpu) shared by the workers as att_job is. */
+typedef struct fa_cpu_job {
+    real *out;
+    const real *q, *k, *v;
+    const int64_t *pos;
+    int64_t T, H, Hkv, D, n_kv;
+    real scale;
+    const int32_t *sel;
+    int64_t sel_w;
+} fa_cpu_job;
+
+static void fa_cpu_worker(void *ctx, int w, int nw) {
+    const fa_cpu_job *j = ctx;
+    const int64_t n = j->T * j->H;
+    real *O = td_xmalloc((size_t)j->D * sizeof(real));
+    char *ok = td_xmalloc((size_t)j->n_kv);
+    fa_cpu_range(j->out, j->q, j->k, j->v, j->pos, O, ok, j->H, j->Hkv, j->D, j->n_kv, j->scale, n * w / nw,
+                 n * (w + 1) / nw, j->sel, j->sel_w);
+    free(O), free(ok);
+}
+
 /* The QSA indexer of sparse layer l (arch-qwen4exp.md §4.5) for the step's
  * tokens, on the mixer output a->xn: caches the raw keys, pools the complete
  * blocks of the cache after the step (recomputed every step from the raw
@@ -1039,12 +1127,35 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     }
     td_fa_geom fg;
     const int fa = !td_profile_fa_geom(&r->profile, D, H, Hkv, T, pos0 + T, r->n_ctx, &fg);
-    if (!fa && (r->profile.rules & TD_RULE_FA_ACC_F16))
+    // fa-cpu takes the shapes a Vulkan device leaves to ggml-cpu
+    const td_fa_cpu_path fc = td_profile_fa_cpu(&r->profile, D, H, Hkv, T, pos0 + T, r->n_ctx);
+    if (!fa && fc == TD_FA_CPU_NONE && (r->profile.rules & TD_RULE_FA_ACC_F16))
         return td_err_set(err, TD_EINPUT,
                           "profile fa-acc-f16: head size %lld with %lld/%lld heads is outside the flash-attention "
                           "shader's modelled shapes (head size a multiple of 8, whole query groups)",
                           (long long)D, (long long)H, (long long)Hkv);
-    if (fa) {
+    if (fc == TD_FA_CPU_SPLIT_KV)
+        return td_err_set(err, TD_EINPUT,
+                          "profile fa-cpu: a one-token step over %lld cached positions (a cache view of 512 cells or "
+                          "more) is ggml-cpu's split-KV flash attention, whose per-thread partials are not modelled",
+                          (long long)(pos0 + T));
+    if (fc == TD_FA_CPU_ONE_CHUNK) {
+        // profile rounding point: ggml-cpu's flash attention converts Q (not
+        // yet scaled) to f16 for its f16 dot; q is not read after. The arm's
+        // side of a near tie shows in its own Q tap (ties.h)
+        td_act_ties_source_of(a->q, 0);
+        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
+        ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        fa_cpu_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .T = T, .H = H, .Hkv = Hkv,
+                        .D = D, .n_kv = pos0 + T, .scale = (real)(1.0f / sqrtf((float)D)), .sel = sel,
+                        .sel_w = sel_w};
+        td_ref_pool_run(r->pool, fa_cpu_worker, &j);
+    } else if (fc == TD_FA_CPU_TILED) {
+        // ggml-cpu's tiled kernel: f32 throughout on the f16 cache (fa-f16)
+        att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = kc, .v = vc, .T = T, .H = H, .Hkv = Hkv, .D = D,
+                     .sel = sel, .sel_w = sel_w, .tie_call = -1};
+        td_ref_pool_run(r->pool, att_worker, &j);
+    } else if (fa) {
         // profile rounding point: flash attention (fa-acc-f16) reads
         // f16(Q*scale) with llama.cpp's f32 scale; q is not read after
         const float scale = 1.0f / sqrtf((float)D);

@@ -1288,7 +1288,9 @@ static int env_flag(const char *name) {
  *   products quantize activations of quantized matmuls to q8_1 blocks
  *   (act-q8_1); with flash attention K and V are cast to f16 on every
  *   backend (fa-f16), and lavapipe's flash-attention shader sums in f16 in
- *   an order its subgroup size fixes (fa-acc-f16@S). */
+ *   an order its subgroup size fixes (fa-acc-f16@S); ggml-cpu's kernel
+ *   keeps an f16 output (fa-cpu), on the CPU arm and for the head sizes
+ *   ggml-vulkan leaves to the CPU. */
 /* ggml-cpu: 8-bit activations, and its rope cache forms the angle by
  * repeated f32 multiplication (rope-f32-mul). */
 #define LC_CPU_PROFILE "act-q8+rope-f32-mul"
@@ -1334,10 +1336,14 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         // tuning of other vendors' devices differs and is not modelled
         const lc_gpu *g = &g_gpu[s->kind];
         const int sg = s->kind == LC_VULKAN ? cap_int(g->caps, "warp size:") : -1;
-        // (head sizes that are not a multiple of 8 go to the CPU's flash attention)
         if (g->fp16 && !g->coopmat && sg >= 1 && sg <= 32 && !(sg & (sg - 1)) && m->hp.head_dim % 8 == 0 &&
             (strstr(g->caps, "llvmpipe") || strstr(g->desc, "llvmpipe")))
             snprintf(p + strlen(p), n - strlen(p), "+fa-acc-f16@%d", sg);
+        // ggml-vulkan refuses FLASH_ATTN_EXT for head sizes that are not a
+        // multiple of 8 (ggml_backend_vk_device_supports_op), on any device:
+        // the scheduler runs it on ggml-cpu, whose kernel sums in f16 (fa-cpu)
+        if ((s->kind == LC_VULKAN && m->hp.head_dim % 8) || s->kind == LC_CPU)
+            snprintf(p + strlen(p), n - strlen(p), "+fa-cpu");
     }
 }
 
@@ -1353,8 +1359,8 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     if ((rc = td_fwd_check_layers(arm, td_llamacpp_backend.layer_kinds, m, err))) return rc;
     // the CPU arm computes one way: asking for it by its profile's name is fine
     // (act-q8 alone, its name before the rope rule, still names it)
-    if (kind == LC_CPU && p && p->profile && p->profile[0] && strcmp(p->profile, "native") &&
-        strcmp(p->profile, "act-q8") && strcmp(p->profile, LC_CPU_PROFILE))
+    if (kind == LC_CPU && !env_flag("TD_LLAMACPP_FLASH_ATTN") && p && p->profile && p->profile[0] &&
+        strcmp(p->profile, "native") && strcmp(p->profile, "act-q8") && strcmp(p->profile, LC_CPU_PROFILE))
         return td_err_set(err, TD_EINPUT,
                           "llamacpp: arithmetic profile '%s' is not llama.cpp's (it computes " LC_CPU_PROFILE
                           "; native means the same)",
@@ -1365,9 +1371,9 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
     lc_backend *s = td_xcalloc(1, sizeof *s);
     s->kind = kind;
     // flash attention fuses attention into one node and casts K/V to f16;
-    // on request only, on the GPU arms (the CPU arm keeps the measured
-    // deterministic settings)
-    s->flash_attn = kind != LC_CPU && env_flag("TD_LLAMACPP_FLASH_ATTN");
+    // on request only (ggml-cpu's kernel is fa-cpu, on the CPU arm as on a
+    // Vulkan device that leaves it a head size)
+    s->flash_attn = env_flag("TD_LLAMACPP_FLASH_ATTN");
     if (kind == LC_VULKAN) {
         s->rope_trig_u = vk_rope_trig_u(&g_gpu[kind]);
         // a device measured elsewhere (vulkan::rope_trig_bound_holds_on_the_device)
@@ -1498,9 +1504,10 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  g_features[0] ? "]" : "", cp.n_ubatch, s->threads);
     else if (kind == LC_CPU)
         snprintf(s->version, sizeof s->version,
-                 "llama.cpp %s (%s), ggml-cpu-%s%s%.200s%s, flash_attn off, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
+                 "llama.cpp %s (%s), ggml-cpu-%s%s%.200s%s, flash_attn %s, kv f32, n_ubatch = n_ctx = %lld, threads %d%s",
                  llama_version(), TD_LLAMACPP_FETCHED, g_variant, g_features[0] ? " [" : "", g_features,
-                 g_features[0] ? "]" : "", (long long)s->n_ctx, s->threads, s->obs.all_nodes ? ", all nodes" : "");
+                 g_features[0] ? "]" : "", s->flash_attn ? "on (fa-cpu)" : "off", (long long)s->n_ctx, s->threads,
+                 s->obs.all_nodes ? ", all nodes" : "");
     else { // the device and what changes its arithmetic are provenance
         char rope_trig[96] = "";
         if (kind == LC_VULKAN && !s->rope_trig_u)
@@ -1514,7 +1521,11 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  "llama.cpp %s (%s), ggml-%s device '%.120s' [%.300s], fp16 %d, int dot %d, coopmat %d, flash_attn "
                  "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s%s",
                  llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
-                 g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat, s->flash_attn ? "on" : "off",
+                 g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat,
+                 !s->flash_attn                ? "off"
+                 : strstr(s->profile, "fa-cpu") ? "on (head size not a multiple of 8: on ggml-cpu, fa-cpu)"
+                 : strstr(s->profile, "fa-acc-f16") ? "on (fa-acc-f16)"
+                                                     : "on",
                  getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
                  (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "", rope_trig);
     }

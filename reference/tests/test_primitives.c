@@ -645,6 +645,45 @@ Test(act_q8, fa_acc_f16_parse_and_geometry) {
     cr_assert_eq(td_profile_fa_geom(&p, 8, 8, 4, 1, 1, 1, &g), -1);
 }
 
+/* fa-cpu: parsed only on top of fa-f16, canonical after fa-acc-f16; and the
+ * ggml-cpu kernel it names per shape, read by hand from
+ * ggml_compute_forward_flash_attn_ext_f16 (AVX2: 8 f32 lanes; tiles of 64
+ * query rows; one-token steps split cache views of 512 cells or more). */
+Test(act_q8, fa_cpu_parse_and_path) {
+    td_profile p;
+    char why[256], buf[160];
+    cr_assert_eq(td_profile_parse("fa-cpu+attn-f16+fa-f16", &p, why, sizeof why), 0, "%s", why);
+    td_profile_format(&p, buf, sizeof buf);
+    cr_assert_str_eq(buf, "attn-f16+fa-f16+fa-cpu");
+    const char *bad[] = {"fa-cpu", "attn-f16+fa-cpu", "fa-f16+fa-cpu@8", "fa-f16+fa-cpu+fa-cpu"};
+    for (size_t i = 0; i < sizeof bad / sizeof bad[0]; i++) {
+        cr_assert_eq(td_profile_parse(bad[i], &p, why, sizeof why), -1, "'%s' must be refused", bad[i]);
+        cr_assert(why[0], "'%s': no reason given", bad[i]);
+    }
+    cr_assert_eq(td_profile_parse("fa-f16+fa-cpu", &p, why, sizeof why), 0, "%s", why);
+    // qwen3-tails (head size 18): the one-chunk kernel at every step of a
+    // short context, 1 to 64 tokens alike (18 fills no 8-lane vector)
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 1, 41, 56), TD_FA_CPU_ONE_CHUNK);
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 8, 8, 24), TD_FA_CPU_ONE_CHUNK);
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 64, 64, 80), TD_FA_CPU_ONE_CHUNK);
+    // head size 32: 63 tokens one chunk, 64 the f32 tiles
+    cr_assert_eq(td_profile_fa_cpu(&p, 32, 4, 2, 63, 63, 80), TD_FA_CPU_ONE_CHUNK);
+    cr_assert_eq(td_profile_fa_cpu(&p, 32, 4, 2, 64, 64, 80), TD_FA_CPU_TILED);
+    // one token at position 300 of 400: a view of 512 cells, split by threads;
+    // at position 200 the view is 256 cells; a 2-token step never splits
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 1, 301, 400), TD_FA_CPU_SPLIT_KV);
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 1, 201, 400), TD_FA_CPU_ONE_CHUNK);
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 2, 302, 400), TD_FA_CPU_ONE_CHUNK);
+    // a context of 300 cells still shows a 512-cell view once past 256
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 1, 260, 300), TD_FA_CPU_SPLIT_KV);
+    // with fa-acc-f16 the shader's shapes are its (head size a multiple of 8)
+    cr_assert_eq(td_profile_parse("fa-f16+fa-acc-f16@8+fa-cpu", &p, why, sizeof why), 0, "%s", why);
+    cr_assert_eq(td_profile_fa_cpu(&p, 32, 4, 2, 8, 8, 24), TD_FA_CPU_NONE);
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 8, 8, 24), TD_FA_CPU_ONE_CHUNK);
+    cr_assert_eq(td_profile_parse("fa-f16", &p, why, sizeof why), 0);
+    cr_assert_eq(td_profile_fa_cpu(&p, 18, 4, 2, 8, 8, 24), TD_FA_CPU_NONE);
+}
+
 /* The f64 rounding gives the f32 rounding's values on f32 inputs (away from
  * ties): the same blocks, scales in their storage types. */
 Test(act_q8, f64_rounding_matches_f32) {

@@ -1825,3 +1825,32 @@ Test(llamacpp, peer_crash_named_and_not_a_verdict, .timeout = 600) {
     cr_expect(strstr(msg, "tapdiff:") == NULL, "unguarded: stderr: %s", msg);
 #endif
 }
+
+/* Flash attention on the CPU arm (TD_LLAMACPP_FLASH_ATTN=1): ggml-cpu's
+ * one-chunk kernel (f16 Q, an f16 output accumulator, f32 probabilities),
+ * which the arm declares as fa-f16+fa-cpu. bisect against the
+ * profile-matched oracle (ref --a-profile, the control ref32 under it: the
+ * plain oracle is ~3e-4 from the f16 accumulator at blk.0.attn_ctx, a
+ * budget that would hide a 1e-3 bug) is conformant on a head size of 18
+ * (qwen3-tails-f32: the scalar tails of the f16 dot and accumulator) and
+ * of 32 (llama-f32: their 4 x 8-lane vector path); red without the rule (fa-f16 alone declared:
+ * divergent at blk.0.attn_ctx). A wrong flash-attention output (x1.001) is
+ * named at blk.0.attn_ctx, step 0. */
+#define FA_CPU_ORACLE "--a-profile act-q8+rope-f32-mul+fa-f16+fa-cpu"
+Test(llamacpp, flash_attention_declares_fa_cpu_and_is_conformant, .init = make_tmpdir, .fini = remove_tmpdir) {
+    REQUIRE_PEER();
+    static char out[1 << 16];
+    const char *names[2] = {"qwen3-tails-f32", "llama-f32"};
+    for (int i = 0; i < 2; i++) {
+        char dir[64];
+        snprintf(dir, sizeof dir, "fa-%s", names[i]);
+        const int st = bisect(names[i], dir, "TD_LLAMACPP_FLASH_ATTN=1", FA_CPU_ORACLE, out, sizeof out);
+        cr_expect(strstr(out, "B declares act-q8+rope-f32-mul+fa-f16+fa-cpu"), "%s: %s", names[i], out);
+        cr_expect_eq(st, 0, "%s, flash attention on: bisect ref vs llamacpp -> %d:\n%s", names[i], st, out);
+    }
+    const int st = bisect("qwen3-tails-f32", "fa-perturbed",
+                          "TD_LLAMACPP_FLASH_ATTN=1 TD_LLAMACPP_PERTURB='blk.0.attn_ctx*1.001'", FA_CPU_ORACLE, out,
+                          sizeof out);
+    cr_expect_eq(st, 1, "qwen3-tails-f32, flash attention x1.001 -> %d:\n%s", st, out);
+    cr_expect(strstr(out, "first divergent tap: blk.0.attn_ctx at step 0"), "%s", out);
+}

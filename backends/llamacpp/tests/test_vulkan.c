@@ -819,3 +819,103 @@ Test(vulkan, rope_perturbation_named_despite_rope_trig, .init = setup, .fini = t
     cr_assert_str_eq(field(bj, "\"first_step\"", v, sizeof v), "0");
     free(out);
 }
+
+/* A head size that is not a multiple of 8 (qwen3-tails-f32: 18) with flash
+ * attention on: ggml-vulkan refuses the op and ggml-cpu runs it (f16 Q, an
+ * f16 output accumulator), which the arm declares as fa-cpu. From the
+ * oracle's inputs but for f32 rounding, blk.0.attn_ctx of an 8-token step and
+ * of the one-token step after it must sit at least 100x closer to an oracle
+ * that applies the rule than to one without it (the profile less fa-cpu:
+ * attn-f16's f16 operands in the prefill, f64 sums), which must be visibly
+ * off. Measured: 5.3e-8 and 5.8e-8 with the rule (ref32 under it: 2.1e-5
+ * and 1.2e-7 from the oracle: f16 flips of the control's own), 3.7e-4 and
+ * 5.8e-4 without. */
+Test(vulkan, fa_cpu_rule_explains_flash_attention_on_the_cpu, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3-tails-f32");
+    const int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
+    const char *vk = td_test_path(dir, "vk.h5");
+    setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
+    td_run_config cfg;
+    td_run_config_init(&cfg);
+    cfg.model_path = model;
+    cfg.backend = "llamacpp:vulkan";
+    cfg.prompt = prompt;
+    cfg.n_prompt = 8;
+    cfg.n_steps = 1;
+    cfg.threads = 1;
+    cfg.tap_path = vk;
+    cfg.tap_mode = TD_TAP_FULL;
+    cfg.tap_filter = "inp.*,blk.0.attn_ctx";
+    td_run_result res = {0};
+    td_err err = {{0}};
+    int rc = td_run(&cfg, &res, &err);
+    unsetenv("TD_LLAMACPP_FLASH_ATTN");
+    cr_assert_eq(rc, TD_OK, "vulkan run: %s", err.msg);
+    char with[160], without[160];
+    snprintf(with, sizeof with, "%s", res.profile);
+    td_run_result_free(&res);
+    char *rule = strstr(with, "+fa-cpu");
+    cr_assert_not_null(rule, "head size 18 with flash attention should declare fa-cpu: %s", with);
+    cr_assert_null(strstr(with, "fa-acc-f16"), "the shader does not run head size 18: %s", with);
+    snprintf(without, sizeof without, "%.*s%s", (int)(rule - with), with, rule + strlen("+fa-cpu"));
+    const char *prof[2] = {with, without};
+    double e[2][2];
+    for (int i = 0; i < 2; i++) {
+        const char *ref = td_test_path(dir, i ? "ref-nocpu.h5" : "ref-facpu.h5");
+        char decode[1100];
+        snprintf(decode, sizeof decode, "pinned:%s", vk);
+        const char *run_ref[] = {"run", "--model", model, "--backend", "ref", "--profile", prof[i], "--tokens",
+                                 "1,2,3,4,5,6,7,8", "--steps", "1", "--decode", decode, "--taps", "blk.0.attn_ctx",
+                                 "--out", ref, "--quiet", NULL};
+        rc = td_test_tapdiff_run(dir, NULL, NULL, run_ref);
+        cr_assert_eq(rc, 0, "ref --profile %s: exit %d", prof[i], rc);
+        for (int st = 0; st < 2; st++) {
+            e[i][st] = tap_err_at(ref, vk, "blk.0.attn_ctx", st);
+            cr_assert_geq(e[i][st], 0, "no blk.0.attn_ctx at step %d in the comparison", st);
+            cr_log_info("blk.0.attn_ctx step %d: Vulkan vs ref --profile %s: %.3g", st, prof[i], e[i][st]);
+        }
+    }
+    for (int st = 0; st < 2; st++) {
+        cr_expect_gt(e[1][st], 1e-4, "step %d: without fa-cpu the arm should be visibly off (%.3g)", st, e[1][st]);
+        cr_expect_lt(e[0][st], e[1][st] / 100, "step %d: fa-cpu does not explain the arm: %.3g with the rule, %.3g "
+                     "without", st, e[0][st], e[1][st]);
+    }
+}
+
+/* The same fixture three-arm, flash attention on, prompts of 1 and 8 tokens
+ * and 16 decode steps: conformant under the declared fa-cpu (without it:
+ * divergent at blk.0.attn_ctx, r 202 at step 1 and r 24 at step 0). The
+ * rule hides no bug of the size it must catch: the arm's FLASH_ATTN_EXT
+ * output scaled by 1.001 is named at blk.0.attn_ctx, step 0, on the GPU arm. */
+Test(vulkan, fa_cpu_three_arm_conformant_and_perturbation_named, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3-tails-f32");
+    const char *prompts[2] = {"1", "1,2,3,4,5,6,7,8"};
+    setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
+    for (int i = 0; i < 2; i++) {
+        char *out = NULL, v[160], tap[96], st[32], r[32];
+        int rc = bisect3(model, prompts[i], "16", &out);
+        cr_assert_not_null(out, "bisect printed nothing (exit %d)", rc);
+        const char *bj = arm_b(out);
+        cr_expect(strstr(field(bj, "\"profile\"", v, sizeof v), "+fa-cpu"), "profile %s", v);
+        cr_expect_eq(rc, 0, "qwen3-tails-f32 FA on, %d-token prompt: exit %d, Vulkan arm %s at %s step %s r %s",
+                     i ? 8 : 1, rc, field(bj, "\"verdict\"", v, sizeof v), field(bj, "\"first_tap\"", tap, sizeof tap),
+                     field(bj, "\"first_step\"", st, sizeof st), field(bj, "\"first_ratio\"", r, sizeof r));
+        cr_expect_str_eq(field(bj, "\"verdict\"", v, sizeof v), "conformant", "%d-token prompt", i ? 8 : 1);
+        free(out);
+    }
+    setenv("TD_LLAMACPP_PERTURB", "blk.0.attn_ctx*1.001", 1);
+    setenv("TD_LLAMACPP_PERTURB_ARM", "llamacpp:vulkan", 1);
+    char *out = NULL, v[128];
+    int rc = bisect3(model, prompts[1], "2", &out);
+    unsetenv("TD_LLAMACPP_PERTURB");
+    unsetenv("TD_LLAMACPP_PERTURB_ARM");
+    unsetenv("TD_LLAMACPP_FLASH_ATTN");
+    cr_assert_eq(rc, 1, "a perturbed flash-attention output must be divergent (exit %d)\n%.400s", rc, out);
+    cr_assert(strstr(out, "\"wrong_arm\":\"b\""), "%.300s", out);
+    const char *bj = arm_b(out);
+    cr_assert_str_eq(field(bj, "\"first_tap\"", v, sizeof v), "blk.0.attn_ctx");
+    cr_assert_str_eq(field(bj, "\"first_step\"", v, sizeof v), "0");
+    free(out);
+}
