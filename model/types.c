@@ -600,7 +600,8 @@ static void decode_values_f64(const td_type_info *t, int type_id, const uint8_t 
         for (int64_t i = 0; i < n; i++) dst[i] = td_bf16_to_f32(rd_u16(p + 2 * i));
         break;
     default: {
-        block_dec_fn tile = mode == TD_ROW_F16_TILE ? tile_decoder(type_id) : NULL, fn = tile ? tile : block_decoder(type_id);
+        block_dec_fn tile = mode == TD_ROW_F16_TILE ? tile_decoder(type_id) : NULL;
+        block_dec_fn fn = tile ? tile : block_decoder(type_id);
         TD_ASSERT(fn); /* the table's can_decode and block_decoder() must agree */
         int64_t nb = n / t->block_size;
         for (int64_t i = 0; i < nb; i++) fn(p + i * t->block_bytes, dst + i * t->block_size);
