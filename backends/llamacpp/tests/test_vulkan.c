@@ -377,6 +377,36 @@ Test(vulkan, acc_f16_rule_explains_the_tiled_quantized_matmul, .init = setup, .f
     cr_assert_lt(e[0], 1e-6, "acc-f16 does not explain the arm: %.3g with the rule, %.3g without", e[0], e[1]);
 }
 
+/* One matmul of a 40-token step of the Vulkan arm on fixture `fixture`:
+ * its input tap `in` (x, 40 x K, rounded to f16 as the tile loads it) and
+ * output tap `out` (y, 40 x M) of step 0, and the weight (K = ne[0],
+ * M = ne[1]) from *g, left open. */
+static const td_tensor *arm_matmul_io(const char *fixture, const char *in, const char *out, const char *weight,
+                                      td_gguf **g, double **x, double **y) {
+    const char *model = td_test_fixture(dir, fixture);
+    char toks[160] = "", taps[128];
+    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
+    snprintf(taps, sizeof taps, "%s,%s", in, out);
+    const char *vk = td_test_path(dir, "vk.h5");
+    const char *run_vk[] = {"run", "--model", model, "--backend", "llamacpp:vulkan", "--tokens", toks, "--steps", "0",
+                            "--taps", taps, "--threads", "1", "--out", vk, "--quiet", NULL};
+    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_vk);
+    cr_assert_eq(rc, 0, "vulkan run: exit %d", rc);
+    td_err err = {{0}};
+    cr_assert_eq(td_gguf_open(g, model, &err), TD_OK, "%s", err.msg);
+    const td_tensor *W = td_gguf_tensor(*g, weight);
+    cr_assert_not_null(W, "%s", weight);
+    const int64_t K = W->ne[0], M = W->ne[1], T = 40;
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, vk, &err), TD_OK, "%s", err.msg);
+    *x = malloc(sizeof(double) * (size_t)(T * K)), *y = malloc(sizeof(double) * (size_t)(T * M));
+    cr_assert_eq(td_tapfile_read_f64(f, 0, in, *x, (uint64_t)(T * K), &err), TD_OK, "%s", err.msg);
+    cr_assert_eq(td_tapfile_read_f64(f, 0, out, *y, (uint64_t)(T * M), &err), TD_OK, "%s", err.msg);
+    td_tapfile_close(f);
+    td_f16_round_f64(*x, *x, T * K);
+    return W;
+}
+
 /* The acc-f16 rule holds at the output projection too: from the arm's own
  * blk.0.attn_ctx (its input, as the device holds it) the rule reproduces the
  * arm's blk.0.attn_out of a 40-token step bit for bit, every element, on
@@ -386,28 +416,12 @@ Test(vulkan, acc_f16_rule_explains_the_tiled_quantized_matmul, .init = setup, .f
  * taps), not a missing rule. */
 Test(vulkan, acc_f16_rule_reproduces_attn_out_from_the_arms_own_input, .init = setup, .fini = teardown) {
     require_vulkan();
-    const char *model = td_test_fixture(dir, "llama-q8_0");
-    char toks[160] = "";
-    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
-    const char *vk = td_test_path(dir, "vk.h5");
-    const char *run_vk[] = {"run", "--model", model, "--backend", "llamacpp:vulkan", "--tokens", toks, "--steps", "0",
-                            "--taps", "blk.0.attn_ctx,blk.0.attn_out", "--threads", "1", "--out", vk, "--quiet", NULL};
-    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_vk);
-    cr_assert_eq(rc, 0, "vulkan run: exit %d", rc);
-    td_err err = {{0}};
     td_gguf *g = NULL;
-    cr_assert_eq(td_gguf_open(&g, model, &err), TD_OK, "%s", err.msg);
-    const td_tensor *W = td_gguf_tensor(g, "blk.0.attn_output.weight");
-    cr_assert_not_null(W);
+    double *x, *y;
+    const td_tensor *W = arm_matmul_io("llama-q8_0", "blk.0.attn_ctx", "blk.0.attn_out", "blk.0.attn_output.weight", &g, &x, &y);
     const int64_t K = W->ne[0], M = W->ne[1], T = 40;
-    td_tapfile *f = NULL;
-    cr_assert_eq(td_tapfile_open(&f, vk, &err), TD_OK, "%s", err.msg);
-    double *x = malloc(sizeof(double) * (size_t)(T * K)), *y = malloc(sizeof(double) * (size_t)(T * M)),
-           *w = malloc(sizeof(double) * (size_t)K);
-    cr_assert_eq(td_tapfile_read_f64(f, 0, "blk.0.attn_ctx", x, (uint64_t)(T * K), &err), TD_OK, "%s", err.msg);
-    cr_assert_eq(td_tapfile_read_f64(f, 0, "blk.0.attn_out", y, (uint64_t)(T * M), &err), TD_OK, "%s", err.msg);
-    td_tapfile_close(f);
-    td_f16_round_f64(x, x, T * K); // the tile loads the activations in f16
+    double *w = malloc(sizeof(double) * (size_t)K);
+    td_err err = {{0}};
     int64_t same = 0, same_f32 = 0;
     for (int64_t o = 0; o < M; o++) {
         cr_assert_eq(td_tensor_decode_row_f64(W, (uint64_t)o, w, &err), TD_OK, "%s", err.msg);
@@ -614,29 +628,13 @@ Test(vulkan, acc_f16_rule_forms_iq2_xxs_as_the_tile_loader, .init = setup, .fini
  * fail when the rule is missing. */
 Test(vulkan, f16_tile_mode_reproduces_the_iq2_xxs_matmul_from_the_arms_own_input, .init = setup, .fini = teardown) {
     require_vulkan();
-    const char *model = td_test_fixture(dir, "llama-iq2_xxs");
-    char toks[160] = "";
-    for (int i = 1; i <= 40; i++) snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i > 1 ? "," : "", i);
-    const char *vk = td_test_path(dir, "vk.h5");
-    const char *run_vk[] = {"run", "--model", model, "--backend", "llamacpp:vulkan", "--tokens", toks, "--steps", "0",
-                            "--taps", "blk.0.ffn_act,blk.0.ffn_out", "--threads", "1", "--out", vk, "--quiet", NULL};
-    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_vk);
-    cr_assert_eq(rc, 0, "vulkan run: exit %d", rc);
-    td_err err = {{0}};
     td_gguf *g = NULL;
-    cr_assert_eq(td_gguf_open(&g, model, &err), TD_OK, "%s", err.msg);
-    const td_tensor *W = td_gguf_tensor(g, "blk.0.ffn_down.weight");
-    cr_assert_not_null(W);
+    double *x, *y;
+    const td_tensor *W = arm_matmul_io("llama-iq2_xxs", "blk.0.ffn_act", "blk.0.ffn_out", "blk.0.ffn_down.weight", &g, &x, &y);
     cr_assert_eq(W->type, TD_TYPE_IQ2_XXS, "ffn_down is %s", td_type_name(W->type));
     const int64_t K = W->ne[0], M = W->ne[1], T = 40;
-    td_tapfile *f = NULL;
-    cr_assert_eq(td_tapfile_open(&f, vk, &err), TD_OK, "%s", err.msg);
-    double *x = malloc(sizeof(double) * (size_t)(T * K)), *y = malloc(sizeof(double) * (size_t)(T * M)),
-           *w = malloc(sizeof(double) * (size_t)K);
-    cr_assert_eq(td_tapfile_read_f64(f, 0, "blk.0.ffn_act", x, (uint64_t)(T * K), &err), TD_OK, "%s", err.msg);
-    cr_assert_eq(td_tapfile_read_f64(f, 0, "blk.0.ffn_out", y, (uint64_t)(T * M), &err), TD_OK, "%s", err.msg);
-    td_tapfile_close(f);
-    td_f16_round_f64(x, x, T * K); // the tile loads the activations in f16
+    double *w = malloc(sizeof(double) * (size_t)K);
+    td_err err = {{0}};
     const td_row_mode mode[2] = {TD_ROW_F16_TILE, TD_ROW_F16};
     int64_t same[2] = {0, 0};
     for (int m = 0; m < 2; m++)
