@@ -64,11 +64,6 @@ static double *read_tap(const td_tapfile *f, int64_t step, const char *name, uin
     return d;
 }
 
-/* Adds to rep->flips the f16 near ties of log whose input the arm tapped
- * (td_act_tie.src) before the first divergent tap `first` of the comparison
- * (a value the comparison found honest) and rounded to the tie's other
- * neighbour (ties.h); the oracle's own tap at that element must hold the
- * value it rounded, so a source named wrongly pins nothing. *added: how many. */
 /* f16 near ties whose side the arm's taps show to be the oracle's own: the
  * search leaves them alone (flipping one could only contradict the arm). */
 typedef struct agreed_ties {
@@ -82,15 +77,36 @@ static int agreed_has(const agreed_ties *a, const td_act_tie *t) {
     return 0;
 }
 
+/* Is t pinned already (one of rep's flips)? */
+static int pinned(const td_ties_report *rep, const td_act_tie *t) {
+    for (int k = 0; k < rep->n_flips; k++)
+        if (same_tie(&rep->flips[k], t)) return 1;
+    return 0;
+}
+
+/* Is t no new candidate of the search: pinned, an f16 tie the arm's taps
+ * show on the oracle's side (agreed), or a copy of a candidate chosen
+ * already (log[group[0 .. n_cand)], each candidate's first member)? */
+static int candidate_taken(const td_act_tie *t, const td_ties_report *rep, const agreed_ties *agreed,
+                           const td_act_tie *log, const int *group, int n_cand) {
+    if (pinned(rep, t) || (t->f16 && agreed_has(agreed, t))) return 1;
+    for (int g = 0; g < n_cand; g++)
+        if (same_value(&log[group[g]], t)) return 1;
+    return 0;
+}
+
+/* Adds to rep->flips the f16 near ties of log whose input the arm tapped
+ * (td_act_tie.src) before the first divergent tap `first` of the comparison
+ * (a value the comparison found honest) and rounded to the tie's other
+ * neighbour (ties.h); the oracle's own tap at that element must hold the
+ * value it rounded, so a source named wrongly pins nothing. *added: how many. */
 static int read_arm_side(const char *b_path, const char *oracle_path, const td_cmp_tap *first, const td_act_tie *log,
                          int n_log, td_ties_report *rep, agreed_ties *agreed, int *added, td_err *err) {
     *added = 0;
     td_act_tie *cand = td_xmalloc(((size_t)n_log + 1) * sizeof *cand);
     int n = 0;
     for (int i = 0; i < n_log; i++) {
-        int taken = !log[i].f16 || !log[i].src[0];
-        for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
-        if (!taken) cand[n++] = log[i];
+        if (log[i].f16 && log[i].src[0] && !pinned(rep, &log[i])) cand[n++] = log[i];
     }
     td_tapfile *fb = NULL, *fo = NULL;
     int rc = TD_OK;
@@ -136,13 +152,26 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
     return rc;
 }
 
+/* The control's near ties under the current flips (n -1: it has not run
+ * under them yet), sorted by_name once per change, when phase 1 first looks
+ * them up. */
+typedef struct control_log {
+    td_act_tie *v;
+    int n, sorted;
+} control_log;
+
+static void control_log_set(control_log *c, td_act_tie *v, int n) {
+    free(c->v);
+    *c = (control_log){.v = v, .n = n};
+}
+
 /* The f16 ties whose side the arm's taps show, all at once, then again: pins
  * move the values after them and the first divergence, so each round reads
  * the near ties of the last rerun before the last comparison's first
  * divergent tap. *log is the last rerun's (replaced). */
 static int read_rounds(const td_run_config *oracle, const td_run_config *control, const char *b_path,
                        const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_act_tie **log, int *n_log,
-                       td_act_tie **clog, int *n_clog, agreed_ties *agreed, td_err *err) {
+                       control_log *clog, agreed_ties *agreed, td_err *err) {
     int rc = TD_OK;
     for (int round = 0; rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && round < TD_TIES_READ_ROUNDS;
          round++) {
@@ -155,9 +184,10 @@ static int read_rounds(const td_run_config *oracle, const td_run_config *control
         free(*log);
         *log = NULL;
         rc = rerun(oracle, oracle->tap_path, rep->flips, rep->n_flips, log, n_log, err);
-        free(*clog);
-        *clog = NULL, *n_clog = -1;
-        if (rc == TD_OK) rc = rerun(control, control->tap_path, rep->flips, rep->n_flips, clog, n_clog, err);
+        td_act_tie *cv = NULL;
+        int n_cv = -1;
+        if (rc == TD_OK) rc = rerun(control, control->tap_path, rep->flips, rep->n_flips, &cv, &n_cv, err);
+        control_log_set(clog, cv, n_cv);
         rep->n_reruns++;
         if (rc == TD_OK) {
             td_cmp_options o2 = *o;
@@ -179,12 +209,17 @@ static int by_name(const void *a, const void *b) {
     return (x->f16 > y->f16) - (x->f16 < y->f16);
 }
 
-/* Did the control (its log clog, sorted by_name) round tie t of the oracle
- * to the other neighbour? Its log holds the same tie when its value was near
- * too, and `pick` there is the side the control did not take: the oracle's
- * when the two parted. */
-static int control_parted(const td_act_tie *clog, int n_clog, const td_act_tie *t) {
-    const td_act_tie *c = n_clog > 0 ? bsearch(t, clog, (size_t)n_clog, sizeof *clog, by_name) : NULL;
+static void control_log_sort(control_log *c) {
+    if (!c->sorted && c->n > 0) qsort(c->v, (size_t)c->n, sizeof *c->v, by_name);
+    c->sorted = 1;
+}
+
+/* Did the control (its log clog, sorted) round tie t of the oracle to the
+ * other neighbour? Its log holds the same tie when its value was near too,
+ * and `pick` there is the side the control did not take: the oracle's when
+ * the two parted. */
+static int control_parted(const control_log *clog, const td_act_tie *t) {
+    const td_act_tie *c = clog->n > 0 ? bsearch(t, clog->v, (size_t)clog->n, sizeof *clog->v, by_name) : NULL;
     return c && c->pick != t->pick;
 }
 
@@ -199,12 +234,13 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     char try_path[1024], try_ctrl[1024];
     snprintf(try_path, sizeof try_path, "%s.ties.h5", oracle->tap_path);
     snprintf(try_ctrl, sizeof try_ctrl, "%s.ties.h5", control->tap_path);
-    td_act_tie *log = NULL, *clog = NULL; // the near ties of the oracle's and the control's last runs
+    td_act_tie *log = NULL; // the near ties of the oracle's last run
+    control_log clog = {.n = -1};
     agreed_ties agreed = {0};
-    int n_log = 0, n_clog = -1; // -1: the control has not logged with the current flips yet
+    int n_log = 0;
     int rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
-    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &n_clog, &agreed, err) : rc;
+    rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &agreed, err) : rc;
     while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && rep->n_flips < TD_TIES_MAX) {
         const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
         const int64_t step = first->step;
@@ -229,28 +265,25 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
             if (phase == 0) {
                 for (int pass = 0, lim = TD_TIES_CANDIDATES; pass < 3; pass++, lim += TD_TIES_F16_CANDIDATES)
                     for (int i = 0; i < n_log && n_cand < lim; i++) {
-                        int taken = pass == 0   ? log[i].step != step || log[i].f16
-                                    : pass == 1 ? log[i].step != step || !log[i].f16 || strcmp(log[i].tap, first->name)
-                                                : log[i].step > step || !log[i].f16;
-                        for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
-                        if (!taken && log[i].f16) taken = agreed_has(&agreed, &log[i]);
-                        for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
-                        if (!taken) group[n_cand++] = i;
+                        const int other = pass == 0   ? log[i].step != step || log[i].f16
+                                          : pass == 1 ? log[i].step != step || !log[i].f16 || strcmp(log[i].tap, first->name)
+                                                      : log[i].step > step || !log[i].f16;
+                        if (!other && !candidate_taken(&log[i], rep, &agreed, log, group, n_cand)) group[n_cand++] = i;
                     }
             } else {
-                if (n_clog < 0) { // once per set of flips: a control run with taps off
-                    rc = rerun(control, NULL, rep->flips, rep->n_flips, &clog, &n_clog, err);
+                if (clog.n < 0) { // once per set of flips: a control run with taps off
+                    td_act_tie *cv = NULL;
+                    int n_cv = -1;
+                    rc = rerun(control, NULL, rep->flips, rep->n_flips, &cv, &n_cv, err);
+                    control_log_set(&clog, cv, n_cv);
                     rep->n_reruns++;
                     if (rc != TD_OK) break;
                 }
-                qsort(clog, (size_t)n_clog, sizeof *clog, by_name);
-                for (int i = 0; i < n_log && n_cand < c0 + TD_TIES_SHARED_CANDIDATES; i++) {
-                    int taken = log[i].step > step || !control_parted(clog, n_clog, &log[i]);
-                    for (int k = 0; k < rep->n_flips && !taken; k++) taken = same_tie(&rep->flips[k], &log[i]);
-                    if (!taken && log[i].f16) taken = agreed_has(&agreed, &log[i]);
-                    for (int g = 0; g < n_cand && !taken; g++) taken = same_value(&log[group[g]], &log[i]);
-                    if (!taken) group[n_cand++] = i;
-                }
+                control_log_sort(&clog);
+                for (int i = 0; i < n_log && n_cand < c0 + TD_TIES_SHARED_CANDIDATES; i++)
+                    if (log[i].step <= step && control_parted(&clog, &log[i]) &&
+                        !candidate_taken(&log[i], rep, &agreed, log, group, n_cand))
+                        group[n_cand++] = i;
             }
             for (int c = c0; c < n_cand && !kept && rc == TD_OK; c++) {
                 int n_try = rep->n_flips;
@@ -259,7 +292,9 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                 td_act_tie *log2 = NULL, *clog2 = NULL;
                 int n_log2 = 0, n_clog2 = -1;
                 rc = rerun(oracle, try_path, rep->flips, n_try, &log2, &n_log2, err);
-                // the control takes the same side, so the budgets after the tie stay f32 rounding
+                // the control takes the same side, so the budgets after the tie stay f32 rounding.
+                // Its near ties are kept too: the session logs them whether kept or not, and
+                // when the flip is kept they spare phase 1 a control run under the new flips.
                 if (rc == TD_OK) rc = rerun(control, try_ctrl, rep->flips, n_try, &clog2, &n_clog2, err);
                 rep->n_reruns++;
                 td_cmp_result *r2 = NULL;
@@ -279,8 +314,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                     *r = r2;
                     free(log);
                     log = log2, n_log = n_log2;
-                    free(clog);
-                    clog = clog2, n_clog = n_clog2;
+                    control_log_set(&clog, clog2, n_clog2);
                     if (rename(try_path, oracle->tap_path) || rename(try_ctrl, control->tap_path))
                         rc = td_err_set(err, TD_EINTERNAL, "ties: cannot replace %s and %s with their reruns",
                                         oracle->tap_path, control->tap_path);
@@ -301,11 +335,11 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
         }
         if (!kept) break;
         // the first divergence moved: the arm's taps before it may show more ties
-        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &n_clog, &agreed, err);
+        if (rc == TD_OK) rc = read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &agreed, err);
     }
     td_ties_keep_near(rep, log, n_log);
     free(log);
-    free(clog);
+    free(clog.v);
     free(agreed.v);
     remove(try_path);
     remove(try_ctrl);

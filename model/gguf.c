@@ -813,19 +813,27 @@ int64_t td_gguf_arr_i64(const td_gguf_kv *kv, uint64_t i) {
 /* Rows                                                                       */
 
 int td_tensor_decode_row_f64(const td_tensor *t, uint64_t r, double *dst, td_err *err) {
+    return td_tensor_decode_row_as_f64(t, r, dst, TD_ROW_EXACT, err);
+}
+
+int td_tensor_decode_row_f32(const td_tensor *t, uint64_t r, float *dst, td_err *err) {
+    return td_tensor_decode_row_as_f32(t, r, dst, TD_ROW_EXACT, err);
+}
+
+int td_tensor_decode_row_as_f64(const td_tensor *t, uint64_t r, double *dst, td_row_mode mode, td_err *err) {
     TD_ASSERT(t && dst && r < t->n_rows);
     td_err e; /* not zeroed: 1 KiB per row is a cost the hot loops of the reference feel */
     e.msg[0] = '\0';
-    int st = td_decode_row_f64(t->type, td_tensor_row(t, r), dst, t->ne[0], &e);
+    int st = td_decode_row_as_f64(t->type, td_tensor_row(t, r), dst, t->ne[0], mode, &e);
     if (st != TD_OK) return td_err_set(err, st, "tensor '%s': %s", t->cname, e.msg);
     return TD_OK;
 }
 
-int td_tensor_decode_row_f32(const td_tensor *t, uint64_t r, float *dst, td_err *err) {
+int td_tensor_decode_row_as_f32(const td_tensor *t, uint64_t r, float *dst, td_row_mode mode, td_err *err) {
     TD_ASSERT(t && dst && r < t->n_rows);
     td_err e; /* not zeroed: 1 KiB per row is a cost the hot loops of the reference feel */
     e.msg[0] = '\0';
-    int st = td_decode_row_f32(t->type, td_tensor_row(t, r), dst, t->ne[0], &e);
+    int st = td_decode_row_as_f32(t->type, td_tensor_row(t, r), dst, t->ne[0], mode, &e);
     if (st != TD_OK) return td_err_set(err, st, "tensor '%s': %s", t->cname, e.msg);
     return TD_OK;
 }

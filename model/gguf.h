@@ -120,6 +120,9 @@ static inline const uint8_t *td_tensor_row(const td_tensor *t, uint64_t r) {
 }
 int td_tensor_decode_row_f64(const td_tensor *t, uint64_t r, double *dst, td_err *err);
 int td_tensor_decode_row_f32(const td_tensor *t, uint64_t r, float *dst, td_err *err);
+/* The same in a mode (td_row_mode). */
+int td_tensor_decode_row_as_f64(const td_tensor *t, uint64_t r, double *dst, td_row_mode mode, td_err *err);
+int td_tensor_decode_row_as_f32(const td_tensor *t, uint64_t r, float *dst, td_row_mode mode, td_err *err);
 
 #ifdef __cplusplus
 }

@@ -513,6 +513,49 @@ static block_dec32_fn block_decoder32(int type_id) {
     }
 }
 
+/* ggml-vulkan's f16 tile loader of the IQ2 grids (td_row_mode): the group
+ * scale d*(2s+1)/8, exact in f32, rounded to f16 before the grid value
+ * multiplies it; the row decoder rounds the product to f16 after. */
+static double f16_through_f32(double x) { return td_f16_to_f32(td_f32_to_f16((float)x)); }
+
+static void dec_iq2_f16_scale(const uint8_t *b, double *y, td_iq_group (*group)(const uint8_t *, int),
+                              const uint8_t (*grid)[8]) {
+    const double d = td_blk_f16(td_blk_u16(b));
+    for (int g = 0; g < 32; g++) {
+        const td_iq_group q = group(b, g);
+        td_iq_dec_grid8(f16_through_f32(d * q.mul / 8), grid[q.idx], q.neg, y + 8 * g);
+    }
+}
+
+static void dec_iq2_xxs_tile(const uint8_t *b, double *y) {
+    dec_iq2_f16_scale(b, y, td_iq2_xxs_group, TD_IQ_TABLE(iq2xxs_grid));
+}
+static void dec_iq2_xs_tile(const uint8_t *b, double *y) {
+    dec_iq2_f16_scale(b, y, td_iq2_xs_group, TD_IQ_TABLE(iq2xs_grid));
+}
+static void dec_iq2_s_tile(const uint8_t *b, double *y) {
+    dec_iq2_f16_scale(b, y, td_iq2_s_group, TD_IQ_TABLE(iq2s_grid));
+}
+
+/* the block decoders of the types whose f16 tile loader rounds before the
+ * end (td_row_mode); NULL for the others */
+static block_dec_fn tile_decoder(int type_id) {
+    switch (type_id) {
+    case TD_TYPE_IQ2_XXS: return dec_iq2_xxs_tile;
+    case TD_TYPE_IQ2_XS: return dec_iq2_xs_tile;
+    case TD_TYPE_IQ2_S: return dec_iq2_s_tile;
+    default: return NULL;
+    }
+}
+
+static void round_f16_64(double *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = f16_through_f32(x[i]);
+}
+
+static void round_f16_32(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+}
+
 /* ------------------------------------------------------------------------ */
 /* Row decoders                                                              */
 
@@ -531,12 +574,16 @@ static int check_row(int type_id, int64_t n, const char *fn, const td_type_info 
 }
 
 int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_err *err) {
-    const td_type_info *t;
-    int st = check_row(type_id, n, "td_decode_row_f64", &t, err);
-    if (st != TD_OK) return st;
-    if (n == 0) return TD_OK;
-    TD_ASSERT(src && dst);
-    const uint8_t *p = src;
+    return td_decode_row_as_f64(type_id, src, dst, n, TD_ROW_EXACT, err);
+}
+
+int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err) {
+    return td_decode_row_as_f32(type_id, src, dst, n, TD_ROW_EXACT, err);
+}
+
+/* A row's values in a mode (n > 0, checked). */
+static void decode_values_f64(const td_type_info *t, int type_id, const uint8_t *p, double *dst, int64_t n,
+                              td_row_mode mode) {
     switch (type_id) {
     case TD_TYPE_F32:
         for (int64_t i = 0; i < n; i++) {
@@ -544,60 +591,46 @@ int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_e
             memcpy(&v, p + 4 * i, 4);
             dst[i] = v;
         }
-        return TD_OK;
-    case TD_TYPE_F64:
-        memcpy(dst, p, (size_t)n * 8);
-        return TD_OK;
+        break;
+    case TD_TYPE_F64: memcpy(dst, p, (size_t)n * 8); break;
     case TD_TYPE_F16:
         for (int64_t i = 0; i < n; i++) dst[i] = td_f16_to_f64(rd_u16(p + 2 * i));
-        return TD_OK;
+        break;
     case TD_TYPE_BF16:
         for (int64_t i = 0; i < n; i++) dst[i] = td_bf16_to_f32(rd_u16(p + 2 * i));
-        return TD_OK;
-    default: break;
+        break;
+    default: {
+        block_dec_fn tile = mode == TD_ROW_F16_TILE ? tile_decoder(type_id) : NULL;
+        block_dec_fn fn = tile ? tile : block_decoder(type_id);
+        TD_ASSERT(fn); /* the table's can_decode and block_decoder() must agree */
+        int64_t nb = n / t->block_size;
+        for (int64_t i = 0; i < nb; i++) fn(p + i * t->block_bytes, dst + i * t->block_size);
     }
-    block_dec_fn fn = block_decoder(type_id);
-    TD_ASSERT(fn); /* the table's can_decode and block_decoder() must agree */
-    int64_t nb = n / t->block_size;
-    for (int64_t i = 0; i < nb; i++) fn(p + i * t->block_bytes, dst + i * t->block_size);
+    }
+    if (mode != TD_ROW_EXACT) round_f16_64(dst, n);
+}
+
+int td_decode_row_as_f64(int type_id, const void *src, double *dst, int64_t n, td_row_mode mode, td_err *err) {
+    const td_type_info *t;
+    int st = check_row(type_id, n, "td_decode_row_f64", &t, err);
+    if (st != TD_OK || n == 0) return st;
+    TD_ASSERT(src && dst);
+    decode_values_f64(t, type_id, src, dst, n, mode);
     return TD_OK;
 }
 
-int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err) {
-    const td_type_info *t;
-    int st = check_row(type_id, n, "td_decode_row_f32", &t, err);
-    if (st != TD_OK) return st;
-    if (n == 0) return TD_OK;
-    TD_ASSERT(src && dst);
-    const uint8_t *p = src;
-    switch (type_id) {
-    case TD_TYPE_F32:
-        memcpy(dst, p, (size_t)n * 4);
-        return TD_OK;
-    case TD_TYPE_F64:
-        for (int64_t i = 0; i < n; i++) {
-            double v;
-            memcpy(&v, p + 8 * i, 8);
-            dst[i] = (float)v;
-        }
-        return TD_OK;
-    case TD_TYPE_F16:
-        for (int64_t i = 0; i < n; i++) dst[i] = td_f16_to_f32(rd_u16(p + 2 * i));
-        return TD_OK;
-    case TD_TYPE_BF16:
-        for (int64_t i = 0; i < n; i++) dst[i] = td_bf16_to_f32(rd_u16(p + 2 * i));
-        return TD_OK;
-    default: break;
-    }
+/* The block values of a row in float: the f32 decoder's, else the f64 ones
+ * rounded once (the f32 row is by construction (float) of the f64 row). */
+static void decode_blocks_f32(const td_type_info *t, int type_id, const uint8_t *p, float *dst, int64_t n,
+                              td_row_mode mode) {
     int64_t nb = n / t->block_size;
-    block_dec32_fn f32 = block_decoder32(type_id);
+    block_dec_fn tile = mode == TD_ROW_F16_TILE ? tile_decoder(type_id) : NULL;
+    block_dec32_fn f32 = tile ? NULL : block_decoder32(type_id);
     if (f32) {
         for (int64_t i = 0; i < nb; i++) f32(p + i * t->block_bytes, dst + i * t->block_size);
-        return TD_OK;
+        return;
     }
-    /* exact block values first, one rounding to float after: the f32 row is
-     * by construction (float) of the f64 row */
-    block_dec_fn fn = block_decoder(type_id);
+    block_dec_fn fn = tile ? tile : block_decoder(type_id);
     TD_ASSERT(fn);
     double y[TD_QK_K]; /* the largest block */
     TD_ASSERT(t->block_size <= TD_QK_K);
@@ -606,5 +639,31 @@ int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_er
         float *o = dst + i * t->block_size;
         for (int64_t j = 0; j < t->block_size; j++) o[j] = (float)y[j];
     }
+}
+
+int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td_row_mode mode, td_err *err) {
+    const td_type_info *t;
+    int st = check_row(type_id, n, "td_decode_row_f32", &t, err);
+    if (st != TD_OK || n == 0) return st;
+    TD_ASSERT(src && dst);
+    const uint8_t *p = src;
+    switch (type_id) {
+    case TD_TYPE_F32: memcpy(dst, p, (size_t)n * 4); break;
+    case TD_TYPE_F64:
+        for (int64_t i = 0; i < n; i++) {
+            double v;
+            memcpy(&v, p + 8 * i, 8);
+            dst[i] = (float)v;
+        }
+        break;
+    case TD_TYPE_F16:
+        for (int64_t i = 0; i < n; i++) dst[i] = td_f16_to_f32(rd_u16(p + 2 * i));
+        break;
+    case TD_TYPE_BF16:
+        for (int64_t i = 0; i < n; i++) dst[i] = td_bf16_to_f32(rd_u16(p + 2 * i));
+        break;
+    default: decode_blocks_f32(t, type_id, p, dst, n, mode);
+    }
+    if (mode != TD_ROW_EXACT) round_f16_32(dst, n);
     return TD_OK;
 }

@@ -75,6 +75,24 @@ size_t td_type_row_bytes(int type_id, int64_t n);
 int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_err *err);
 int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err);
 
+/* The values a row decoder gives (td_decode_row_as_*). */
+typedef enum td_row_mode {
+    TD_ROW_EXACT,    /* the stored values (td_decode_row_*) */
+    TD_ROW_F16,      /* each rounded to f16 through f32, as an fp16 device converts a weight */
+    /* as ggml-vulkan's tiled matmul loads a row into its f16 tile
+     * (mul_mm_funcs.glsl, FLOAT_TYPE float16_t): TD_ROW_F16, except the IQ2
+     * grids (IQ2_XXS, IQ2_XS, IQ2_S), whose loader rounds the group scale
+     * d*(2s+1)/8 to f16 before it multiplies the grid value (in f16). The
+     * other IQ types' and NVFP4's loaders round the exact value once: they
+     * form it in f32, where it is exact (IQ1, IQ3, IQ4_XS, NVFP4 without the
+     * OCP FP4 extension), or multiply f16 values that are exact (IQ4_NL's
+     * scale, NVFP4's UE4M3 one with it). */
+    TD_ROW_F16_TILE,
+} td_row_mode;
+/* td_decode_row_* in a mode, with the same errors. */
+int td_decode_row_as_f64(int type_id, const void *src, double *dst, int64_t n, td_row_mode mode, td_err *err);
+int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td_row_mode mode, td_err *err);
+
 /* Scalar conversions (exact, IEEE). */
 double td_f16_to_f64(uint16_t h);
 float td_f16_to_f32(uint16_t h);

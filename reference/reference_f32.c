@@ -12,6 +12,7 @@
 #define REAL_SUFFIX f32
 #define REAL_DTYPE TD_DT_F32
 #define REAL_DECODE_ROW td_tensor_decode_row_f32
+#define REAL_DECODE_ROW_AS td_tensor_decode_row_as_f32
 #define R_SQRT sqrtf
 #define R_EXP expf
 #define R_LOG logf

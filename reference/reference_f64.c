@@ -9,6 +9,7 @@
 #define REAL_SUFFIX f64
 #define REAL_DTYPE TD_DT_F64
 #define REAL_DECODE_ROW td_tensor_decode_row_f64
+#define REAL_DECODE_ROW_AS td_tensor_decode_row_as_f64
 #define R_SQRT sqrt
 #define R_EXP exp
 #define R_LOG log

@@ -21,6 +21,7 @@
  *   REAL_SUFFIX              f64 / f32 (suffix of the exported primitives)
  *   REAL_DTYPE               TD_DT_F64 / TD_DT_F32 (dtype of every float tap)
  *   REAL_DECODE_ROW          td_tensor_decode_row_f64 / _f32
+ *   REAL_DECODE_ROW_AS       td_tensor_decode_row_as_f64 / _f32
  *   R_SQRT R_EXP R_LOG R_POW R_COS R_SIN R_FLOOR R_CEIL   libm in that precision
  *   REF_NAME REF_PRECISION   "ref" "f64" / "ref32" "f32"
  *   REAL_IS_FLOAT            defined by the f32 build only
@@ -741,29 +742,11 @@ typedef struct mm_job {
     const real *in, *bias;
     const td_tensor *W;
     int64_t row0, T, n_in, n_out;
-    int mm16, acc16;
+    td_row_mode wmode; // the weight rows as the arm's matmul holds them
+    int acc16;
     int *rc;     // (n_workers)
     td_err *err; // (n_workers)
 } mm_job;
-
-/* Row `row` of an IQ2_XXS tensor as ggml-vulkan's tiled matmul loads it on
- * an fp16 device (mul_mm_funcs.glsl, FLOAT_TYPE float16_t): the group scale
- * d*(2s+1)/8 is rounded to f16 first, and its product with the grid value
- * again. The exact value rounded once (mm-f16 alone) differs wherever the
- * scale is not an f16 (llama-iq2_xxs, 40 tokens: blk.0.ffn_out, r 2.43). */
-static void iq2_xxs_row_f16_tile(const td_tensor *W, uint64_t row, real *y) {
-    const uint8_t *b = W->data + row * W->row_bytes;
-    const int64_t nb = W->ne[0] / 256;
-    for (int64_t i = 0; i < nb; i++, b += sizeof(td_blk_iq2_xxs)) {
-        const double d = td_blk_f16(td_blk_u16(b));
-        for (int g = 0; g < 32; g++) {
-            const td_iq_group q = td_iq2_xxs_group(b, g);
-            double v[8];
-            td_iq_dec_grid8(f16r(d * q.mul / 8), TD_IQ_TABLE(iq2xxs_grid)[q.idx], q.neg, v);
-            for (int k = 0; k < 8; k++) y[i * 256 + 8 * g + k] = (real)f16r(v[k]);
-        }
-    }
-}
 
 static void mm_worker(void *ctx, int w, int nw) {
     mm_job *j = ctx;
@@ -772,16 +755,10 @@ static void mm_worker(void *ctx, int w, int nw) {
     real *row = j->r->row + (int64_t)w * j->r->max_in;
     j->rc[w] = TD_OK;
     for (int64_t o = o0; o < o1; o++) {
-        // acc-f16: the weight as lavapipe's f16 tile loader forms it
-        if (j->acc16 && j->W->type == TD_TYPE_IQ2_XXS) {
-            iq2_xxs_row_f16_tile(j->W, (uint64_t)(j->row0 + o), row);
-        } else {
-            int rc = REAL_DECODE_ROW(j->W, (uint64_t)(j->row0 + o), row, &j->err[w]);
-            if (rc) {
-                j->rc[w] = rc;
-                return;
-            }
-            if (j->mm16) F16_ROUND(row, row, n_in);
+        int rc = REAL_DECODE_ROW_AS(j->W, (uint64_t)(j->row0 + o), row, j->wmode, &j->err[w]);
+        if (rc) {
+            j->rc[w] = rc;
+            return;
         }
         for (int64_t t = 0; t < T; t++) {
             real s = j->acc16 ? FN(dot_acc16)(row, j->in + t * n_in, n_in, 2) : dot(row, j->in + t * n_in, n_in);
@@ -831,8 +808,11 @@ static int matmul(ref_backend *r, real *out, const real *in, const td_tensor *W,
             in = r->qin;
         }
     }
+    // mm-f16: each weight rounded to f16; acc-f16: as ggml-vulkan's f16 tile
+    // loader forms it (td_row_mode: the IQ2 grids round their scale first)
+    const td_row_mode wmode = acc16 ? TD_ROW_F16_TILE : mm16 ? TD_ROW_F16 : TD_ROW_EXACT;
     mm_job job = {.r = r, .out = out, .in = in, .W = W, .bias = bias, .row0 = row0, .T = T, .n_in = n_in,
-                  .n_out = n_out, .mm16 = mm16, .acc16 = acc16};
+                  .n_out = n_out, .wmode = wmode, .acc16 = acc16};
     const int nw = td_ref_pool_size(r->pool);
     job.rc = r->mm_rc;
     job.err = r->mm_err;

@@ -995,6 +995,113 @@ Test(types, iq2_s_hand_assembled) {
     EXPECT_AT(TD_TYPE_IQ2_S, b, 256, 24, 0.375 * 43);
 }
 
+/* ------------------------------------------------------------------------ */
+/* Row modes (td_row_mode)                                                    */
+
+/* Element i of a row decoded in a mode, f64 and f32 alike (the f32 row holds
+ * the same f16 values). */
+static double decoded_as(int type, const void *row, int64_t n, int64_t i, td_row_mode mode) {
+    td_err err = {{0}};
+    double *got = malloc((size_t)n * sizeof *got);
+    float *gotf = malloc((size_t)n * sizeof *gotf);
+    cr_assert_eq(td_decode_row_as_f64(type, row, got, n, mode, &err), TD_OK, "%s: %s", td_type_name(type), err.msg);
+    cr_assert_eq(td_decode_row_as_f32(type, row, gotf, n, mode, &err), TD_OK, "%s: %s", td_type_name(type), err.msg);
+    const double v = got[i];
+    cr_assert(same(gotf[i], v), "%s mode %d: f32 y[%lld] = %.9g, f64 %.17g", td_type_name(type), (int)mode,
+              (long long)i, (double)gotf[i], v);
+    free(got);
+    free(gotf);
+    return v;
+}
+
+/* ggml-vulkan's f16 tile loader of the three IQ2 grids (mul_mm_funcs.glsl:
+ * FLOAT_TYPE db = d * 0.25 * (0.5 + s), then db times the grid value in
+ * f16). d = 2047/2048 (0x3BFF), s = 2, grid value 25, worked by hand:
+ *   the scale d*5/8 = 0.62469482421875 (exact in f32) -> f16 0.62451171875
+ *   (ulp 2^-11 in [0.5, 1): 1279.36 ulps -> 1279); times 25 = 15.61279296875
+ *   -> f16 15.609375 (ulp 2^-7 in [8, 16): 1998.44 -> 1998);
+ *   rounded once instead: 15.61737060546875 -> 15.6171875 (1999.02 -> 1999). */
+Test(types, f16_tile_rounds_the_iq2_group_scale_first) {
+    uint8_t xxs[66] = {0}, xs[74] = {0}, s2[82] = {0};
+    put16(xxs, 0x3BFF);
+    xxs[2] = 255;               /* group 0: entry 255 = {8,25,...} */
+    put32(xxs + 6, 2u << 28);   /* no signs, scale 2 */
+    put16(xs, 0x3BFF);
+    put16(xs + 2, 256);         /* group 0: entry 256 = {43,25,...}, no signs */
+    xs[66] = 0x02;              /* groups 0-1: scale 2 */
+    put16(s2, 0x3BFF);
+    s2[66] = 2;                 /* group 0: index bits 8-9 = 2 -> entry 512 = {25,25,43,...} */
+    s2[74] = 0x02;              /* groups 0-1: scale 2 */
+    const struct { int type; const uint8_t *b; int i; } c[] = {
+        {TD_TYPE_IQ2_XXS, xxs, 1}, {TD_TYPE_IQ2_XS, xs, 1}, {TD_TYPE_IQ2_S, s2, 0}};
+    for (size_t k = 0; k < sizeof c / sizeof c[0]; k++) {
+        const char *nm = td_type_name(c[k].type);
+        cr_assert_eq(decoded_as(c[k].type, c[k].b, 256, c[k].i, TD_ROW_EXACT), 0.62469482421875 * 25, "%s exact", nm);
+        cr_assert_eq(decoded_as(c[k].type, c[k].b, 256, c[k].i, TD_ROW_F16), 15.6171875, "%s f16", nm);
+        cr_assert_eq(decoded_as(c[k].type, c[k].b, 256, c[k].i, TD_ROW_F16_TILE), 15.609375, "%s f16 tile", nm);
+    }
+}
+
+/* TD_ROW_F16 is the stored value rounded to f16 through f32 for every type;
+ * TD_ROW_F16_TILE the same but for the IQ2 grids (above): random blocks of
+ * every decodable type, non-finite scales included. */
+Test(types, row_modes_on_every_type) {
+    rng_state = 11;
+    uint8_t row[4 * 1024];
+    double ex[1024], f16[1024], tile[1024];
+    int n_iq2 = 0;
+    for (int type = 0; type < TD_TYPE_COUNT; type++) {
+        const td_type_info *t = td_type_get(type);
+        if (!t || !t->can_decode) continue;
+        const int64_t n = t->block_size * (1024 / t->block_size > 4 ? 4 : 1024 / t->block_size);
+        cr_assert_leq((size_t)td_type_row_bytes(type, n), sizeof row);
+        rfill(row, sizeof row);
+        td_err err = {{0}};
+        cr_assert_eq(td_decode_row_as_f64(type, row, ex, n, TD_ROW_EXACT, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_decode_row_as_f64(type, row, f16, n, TD_ROW_F16, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_decode_row_as_f64(type, row, tile, n, TD_ROW_F16_TILE, &err), TD_OK, "%s", err.msg);
+        const int iq2 = type == TD_TYPE_IQ2_XXS || type == TD_TYPE_IQ2_XS || type == TD_TYPE_IQ2_S;
+        int64_t differ = 0;
+        for (int64_t i = 0; i < n; i++) {
+            const double want = td_f16_to_f32(td_f32_to_f16((float)ex[i]));
+            cr_assert(same(f16[i], want), "%s y[%lld]: f16 mode %.17g, f16 of %.17g is %.17g", t->name, (long long)i,
+                      f16[i], ex[i], want);
+            if (!iq2)
+                cr_assert(same(tile[i], f16[i]), "%s y[%lld]: f16 tile %.17g, f16 %.17g", t->name, (long long)i, tile[i],
+                          f16[i]);
+            differ += !same(tile[i], f16[i]);
+        }
+        n_iq2 += iq2 && differ > 0;
+    }
+    cr_assert_eq(n_iq2, 3, "random IQ2 blocks should show the scale rounding in each of the 3 types (%d did)", n_iq2);
+}
+
+/* The f16 tile mode reports what the row decoder reports, and a non-finite
+ * scale comes out non-finite as the exact row has it (the tap's non-finite
+ * count shows it). */
+Test(types, f16_tile_errors_and_non_finite_scales) {
+    td_err err;
+    double y[256];
+    float yf[256];
+    uint8_t b[66] = {0};
+    err.msg[0] = 0;
+    cr_assert_eq(td_decode_row_as_f64(TD_TYPE_IQ2_XXS, b, y, 100, TD_ROW_F16_TILE, &err), TD_EINPUT);
+    cr_assert(strstr(err.msg, "256") && strstr(err.msg, "100"), "expected and found: %s", err.msg);
+    cr_assert_eq(td_decode_row_as_f32(TD_TYPE_IQ2_XXS, b, yf, 100, TD_ROW_F16_TILE, &err), TD_EINPUT);
+    cr_assert_eq(td_decode_row_as_f64(TD_TYPE_Q8_1, b, y, 32, TD_ROW_F16_TILE, &err), TD_EINPUT);
+    cr_assert_eq(td_decode_row_as_f64(-1, b, y, 256, TD_ROW_F16_TILE, &err), TD_EINPUT);
+    const uint16_t bad[2] = {0x7C00, 0x7E00}; /* +inf, NaN */
+    for (int k = 0; k < 2; k++) {
+        put16(b, bad[k]);
+        put32(b + 6, 5u << 28);
+        for (int i = 0; i < 256; i += 37) {
+            const double v = decoded_as(TD_TYPE_IQ2_XXS, b, 256, i, TD_ROW_F16_TILE);
+            cr_assert(k ? isnan(v) : isinf(v), "scale 0x%04x: y[%d] = %g", bad[k], i, v);
+            cr_assert(same(v, decoded_as(TD_TYPE_IQ2_XXS, b, 256, i, TD_ROW_EXACT)), "y[%d] as the exact row", i);
+        }
+    }
+}
+
 Test(types, iq3_xxs_hand_assembled) {
     uint8_t b[98] = {0};
     put16(b, H_ONE);
