@@ -187,18 +187,13 @@ TGT static void row_bf16(int type, const void *wv, float *dst, int64_t n) {
 /* Q8_0 and Q4_0 (32-value blocks)                                        */
 /* ===================================================================== */
 
-/* Σ q x of one Q8_0 block (34 bytes: f16 d, int8 q[32]), unscaled, with
- * the block's activations already loaded */
-TGTI static inline __m256 q8_0_sumx(const uint8_t *b, __m256 x0, __m256 x1, __m256 x2, __m256 x3) {
-    __m256 s0 = _mm256_mul_ps(i8x8f(b + OFF(q8_0, qs)), x0);
-    __m256 s1 = _mm256_mul_ps(i8x8f(b + OFF(q8_0, qs) + 8), x1);
-    s0 = _mm256_fmadd_ps(i8x8f(b + OFF(q8_0, qs) + 16), x2, s0);
-    s1 = _mm256_fmadd_ps(i8x8f(b + OFF(q8_0, qs) + 24), x3, s1);
-    return _mm256_add_ps(s0, s1);
-}
-
+/* Σ q x of one Q8_0 block (34 bytes: f16 d, int8 q[32]), unscaled */
 TGTI static inline __m256 q8_0_sum(const uint8_t *b, const float *x) {
-    return q8_0_sumx(b, ld(x), ld(x + 8), ld(x + 16), ld(x + 24));
+    __m256 s0 = _mm256_mul_ps(i8x8f(b + OFF(q8_0, qs)), ld(x));
+    __m256 s1 = _mm256_mul_ps(i8x8f(b + OFF(q8_0, qs) + 8), ld(x + 8));
+    s0 = _mm256_fmadd_ps(i8x8f(b + OFF(q8_0, qs) + 16), ld(x + 16), s0);
+    s1 = _mm256_fmadd_ps(i8x8f(b + OFF(q8_0, qs) + 24), ld(x + 24), s1);
+    return _mm256_add_ps(s0, s1);
 }
 
 /* a block's f16 scale in all 8 lanes: the half broadcast, then converted
@@ -220,45 +215,6 @@ TGT static float dot_q8_0(const void *wv, const float *x, const float *xs, int64
     }
     if (j < nb) acc0 = _mm256_fmadd_ps(f16b8(b + OFF(q8_0, d)), q8_0_sum(b, x), acc0);
     return hsum8(_mm256_add_ps(acc0, acc1));
-}
-
-/* dot_q8_0 of TD_CPU_DOT_ROWS rows with one x: the block sums, the
- * even/odd block accumulators and the final reduction of every row are
- * dot_q8_0's, so y[r] is bitwise dot_q8_0(w[r]); the 32 activations of a
- * block are loaded once for all rows. */
-TGT static void dot_rows_q8_0(const void *const *wv, const float *x, const float *xs, int64_t n, float *y) {
-    (void)xs;
-    enum { R = TD_CPU_DOT_ROWS };
-    const uint8_t *b[R];
-    __m256 acc0[R], acc1[R];
-    #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) {
-        b[r] = wv[r];
-        acc0[r] = acc1[r] = _mm256_setzero_ps();
-    }
-    const int64_t nb = n / 32;
-    int64_t j = 0;
-    for (; j + 2 <= nb; j += 2, x += 64) {
-        const size_t o = (size_t)j * SZ(q8_0);
-        __m256 x0 = ld(x), x1 = ld(x + 8), x2 = ld(x + 16), x3 = ld(x + 24);
-        #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            acc0[r] = _mm256_fmadd_ps(f16b8(b[r] + o + OFF(q8_0, d)), q8_0_sumx(b[r] + o, x0, x1, x2, x3), acc0[r]);
-        x0 = ld(x + 32), x1 = ld(x + 40), x2 = ld(x + 48), x3 = ld(x + 56);
-        #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            acc1[r] = _mm256_fmadd_ps(f16b8(b[r] + o + SZ(q8_0) + OFF(q8_0, d)),
-                                      q8_0_sumx(b[r] + o + SZ(q8_0), x0, x1, x2, x3), acc1[r]);
-    }
-    if (j < nb) {
-        const size_t o = (size_t)j * SZ(q8_0);
-        const __m256 x0 = ld(x), x1 = ld(x + 8), x2 = ld(x + 16), x3 = ld(x + 24);
-        #pragma GCC unroll 4
-        for (int r = 0; r < R; r++)
-            acc0[r] = _mm256_fmadd_ps(f16b8(b[r] + o + OFF(q8_0, d)), q8_0_sumx(b[r] + o, x0, x1, x2, x3), acc0[r]);
-    }
-    #pragma GCC unroll 4
-    for (int r = 0; r < R; r++) y[r] = hsum8(_mm256_add_ps(acc0[r], acc1[r]));
 }
 
 TGT static void row_q8_0(int type, const void *wv, float *dst, int64_t n) {
@@ -845,7 +801,6 @@ void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->type[TD_TYPE_BF16].dot = dot_bf16;
     k->type[TD_TYPE_BF16].to_f32 = row_bf16;
     k->type[TD_TYPE_Q8_0].dot = dot_q8_0;
-    k->type[TD_TYPE_Q8_0].dot_rows = dot_rows_q8_0;
     k->type[TD_TYPE_Q8_0].to_f32 = row_q8_0;
     k->type[TD_TYPE_Q4_0].dot = dot_q4_0;
     k->type[TD_TYPE_Q4_0].to_f32 = row_q4_0;
