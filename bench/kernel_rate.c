@@ -47,12 +47,27 @@ int main(int argc, char **argv) {
         // bytes that decode to finite values of every type (no f16 NaN/Inf exponents)
         for (size_t i = 0; i < rb * (size_t)rows; i++) w[i] = (uint8_t)((i * 2654435761u >> 13) & 0x3b);
         volatile float sink = 0;
-        const double t0 = cpu_s();
+        double t0 = cpu_s();
         for (long r = 0; r < reps; r++)
             for (long i = 0; i < rows; i++) sink += k.type[type].dot(w + (size_t)i * rb, x, xs, n);
-        const double dt = cpu_s() - t0;
+        double dt = cpu_s() - t0;
         printf("%s %s %s: %.1f GB/s\n", td_cpu_isa_name(k.isa), td_type_name(type), pass ? "memory" : "L2",
                (double)rb * (double)rows * (double)reps / dt / 1e9);
+        // td_cpu_gemv over chunks of `chunk` rows, as a decode step's matmul
+        // tasks run them (one thread, 1024 output rows: 128 per task)
+        if (k.type[type].dot_rows) {
+            const long chunk = 128, nc = rows / chunk;
+            float y[128];
+            t0 = cpu_s();
+            for (long r = 0; r < reps; r++)
+                for (long c = 0; c < nc; c++) {
+                    td_cpu_gemv(&k.type[type], w + (size_t)(c * chunk) * rb, rb, chunk, x, xs, n, y);
+                    sink += y[0];
+                }
+            dt = cpu_s() - t0;
+            printf("%s %s %s gemv: %.1f GB/s\n", td_cpu_isa_name(k.isa), td_type_name(type), pass ? "memory" : "L2",
+                   (double)rb * (double)(nc * chunk) * (double)reps / dt / 1e9);
+        }
         free(w);
     }
     return 0;

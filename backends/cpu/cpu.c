@@ -232,6 +232,14 @@ static int64_t tile_rows(int64_t n_in) {
 static void mm_dot_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr, int th) {
     const td_cpu_type_ops *op = &b->k.type[s->W->type];
     const int64_t n = s->n_in, ns = n / TD_CPU_XSUM_GROUP;
+    if (!s->use_q8 && op->dot && s->T == 1) {
+        // one token (decode): several rows per pass where the level has a kernel
+        // for it; several tokens keep the loop below, which reuses each row from L1
+        td_cpu_gemv(op, td_tensor_row(s->W, (uint64_t)(s->row0 + r0)), s->W->row_bytes, nr, s->x, s->xsum, n,
+                    s->y + r0);
+        for (int64_t i = 0; i < nr; i++) s->y[r0 + i] += s->bias ? s->bias[r0 + i] : 0.0f;
+        return;
+    }
     for (int64_t o = r0; o < r0 + nr; o++) {
         const uint8_t *w = td_tensor_row(s->W, (uint64_t)(s->row0 + o));
         const float bias = s->bias ? s->bias[o] : 0.0f;

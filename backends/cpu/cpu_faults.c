@@ -101,6 +101,7 @@ void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
     if (f == TD_FAULT_ODDBLOCK_Q8_0) {
         td_cpu_type_ops *op = &k->type[TD_TYPE_Q8_0];
         op->dot = dot_q8_0_pairs;
+        op->dot_rows = NULL; // the several-row kernel would bypass the faulty dot
         op->dot_q8 = NULL; // act-q8 products take x' = d*q through the same faulty dot
         return;
     }
@@ -108,6 +109,7 @@ void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
         td_cpu_type_ops *op = &k->type[TD_TYPE_IQ2_XXS];
         op->to_f32 = iq2xxs_to_f32_faulty;
         op->dot = NULL; // every product decodes the row through the faulty decoder
+        op->dot_rows = NULL;
         op->dot_q8 = NULL;
         op->needs_xsum = 0;
         return;
@@ -118,6 +120,7 @@ void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
     td_cpu_type_ops *op = &k->type[TD_TYPE_Q4_K];
     op->to_f32 = q4k_to_f32_faulty;
     op->dot = NULL;    // every product decodes the row through the faulty decoder
+    op->dot_rows = NULL;
     op->dot_q8 = NULL;
     op->needs_xsum = 0;
 }

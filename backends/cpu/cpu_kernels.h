@@ -42,6 +42,14 @@ typedef float (*td_cpu_dot_fn)(const void *w, const float *x, const float *xsum,
  * specialised decoders ignore `type`. The result is the exact value rounded
  * once to float, as td_decode_row_f32. */
 typedef void (*td_cpu_row_fn)(int type, const void *w, float *dst, int64_t n);
+/* dot of TD_CPU_DOT_ROWS stored rows w[r] with one x: y[r] is bitwise what
+ * the same level's `dot` gives for w[r] (each row's sum in that kernel's
+ * order), the activations loaded once for all rows. The caller passes rows
+ * far apart in memory rather than neighbours: neighbouring rows read side
+ * by side defeat the hardware prefetcher of the machine measured (Zen 4),
+ * rows in different pages do not (bench/kernel_rate.sh). */
+#define TD_CPU_DOT_ROWS 4
+typedef void (*td_cpu_dot_rows_fn)(const void *const *w, const float *x, const float *xsum, int64_t n, float *y);
 
 /* An activation row quantized for the act-q8 profile, seen by the kernels
  * as blocks of 32 whatever the format: x' = d[j] * q[32j + i], with codes q
@@ -82,6 +90,7 @@ typedef void (*td_cpu_gemm_q8_fn)(const void *packed, int64_t n_groups, const td
 
 typedef struct td_cpu_type_ops {
     td_cpu_dot_fn dot;       /* NULL: no direct kernel; decode the row, then dot_f32 */
+    td_cpu_dot_rows_fn dot_rows; /* NULL: `dot` row by row (always NULL without `dot`) */
     td_cpu_row_fn to_f32;    /* always set for a decodable type */
     int needs_xsum;
     td_cpu_dot_q8_fn dot_q8; /* act-q8 kernel; NULL: use dot (or to_f32) on x' = d*q */
@@ -127,6 +136,13 @@ int td_cpu_has_isa(td_cpu_isa isa);
 const char *td_cpu_isa_name(td_cpu_isa isa);
 /* The level named `name` ("c", "avx2", "avx512vnni"), or -1. */
 int td_cpu_isa_parse(const char *name);
+
+/* y[i] = op->dot(row i, x, xsum, n) for nr stored rows, row i at
+ * w + i * row_bytes (op->dot set): through op->dot_rows where the level has
+ * it, rows i, i+q, i+2q, i+3q (q = nr / TD_CPU_DOT_ROWS) in one pass, the
+ * last nr % TD_CPU_DOT_ROWS rows one by one. Every y[i] is bitwise op->dot's. */
+void td_cpu_gemv(const td_cpu_type_ops *op, const void *w, size_t row_bytes, int64_t nr, const float *x,
+                 const float *xsum, int64_t n, float *y);
 
 /* xsum (n/32) of x (n); n a multiple of 32. */
 void td_cpu_xsum(float *xsum, const float *x, int64_t n);

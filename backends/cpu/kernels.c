@@ -498,6 +498,26 @@ int td_cpu_has_avx2(void) {
 #endif
 }
 
+void td_cpu_gemv(const td_cpu_type_ops *op, const void *w, size_t row_bytes, int64_t nr, const float *x,
+                 const float *xsum, int64_t n, float *y) {
+    const uint8_t *b = w;
+    int64_t i = 0;
+    if (op->dot_rows) {
+        // rows a quarter of the range apart rather than neighbours (cpu_kernels.h)
+        enum { R = TD_CPU_DOT_ROWS };
+        const int64_t q = nr / R;
+        for (; i < q; i++) {
+            const void *rw[R];
+            float yr[R];
+            for (int r = 0; r < R; r++) rw[r] = b + (size_t)(i + r * q) * row_bytes;
+            op->dot_rows(rw, x, xsum, n, yr);
+            for (int r = 0; r < R; r++) y[i + r * q] = yr[r];
+        }
+        i = R * q;
+    }
+    for (; i < nr; i++) y[i] = op->dot(b + (size_t)i * row_bytes, x, xsum, n);
+}
+
 void td_cpu_kernels_init(td_cpu_kernels *k, td_cpu_isa max_isa) {
     memset(k, 0, sizeof *k);
     k->isa = TD_CPU_ISA_C;

@@ -113,6 +113,43 @@ TGT static float dot_f16(const void *wv, const float *x, const float *xs, int64_
     return s;
 }
 
+/* dot_f16 of TD_CPU_DOT_ROWS rows with one x: each row's lanes and
+ * accumulators take the same values in the same order as dot_f16, so every
+ * y[r] is bitwise dot_f16(w[r]); each activation vector is loaded once for
+ * all rows. */
+TGT static void dot_rows_f16(const void *const *wv, const float *x, const float *xs, int64_t n, float *y) {
+    (void)xs;
+    enum { R = TD_CPU_DOT_ROWS };
+    const uint8_t *w[R];
+    __m256 a[R][4];
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        w[r] = wv[r];
+        for (int k = 0; k < 4; k++) a[r][k] = _mm256_setzero_ps();
+    }
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32) {
+        const __m256 x0 = ld(x + i), x1 = ld(x + i + 8), x2 = ld(x + i + 16), x3 = ld(x + i + 24);
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) {
+            const uint8_t *p = w[r] + 2 * i;
+            a[r][0] = _mm256_fmadd_ps(f16x8(p), x0, a[r][0]);
+            a[r][1] = _mm256_fmadd_ps(f16x8(p + 16), x1, a[r][1]);
+            a[r][2] = _mm256_fmadd_ps(f16x8(p + 32), x2, a[r][2]);
+            a[r][3] = _mm256_fmadd_ps(f16x8(p + 48), x3, a[r][3]);
+        }
+    }
+    for (; i + 8 <= n; i += 8)
+        #pragma GCC unroll 4
+        for (int r = 0; r < R; r++) a[r][0] = _mm256_fmadd_ps(f16x8(w[r] + 2 * i), ld(x + i), a[r][0]);
+    #pragma GCC unroll 4
+    for (int r = 0; r < R; r++) {
+        float s = hsum8(_mm256_add_ps(_mm256_add_ps(a[r][0], a[r][1]), _mm256_add_ps(a[r][2], a[r][3])));
+        for (int64_t t = i; t < n; t++) s += f16s(w[r] + 2 * t) * x[t];
+        y[r] = s;
+    }
+}
+
 TGT static float dot_bf16(const void *wv, const float *x, const float *xs, int64_t n) {
     (void)xs;
     const uint8_t *w = wv;
@@ -159,6 +196,13 @@ TGTI static inline __m256 q8_0_sum(const uint8_t *b, const float *x) {
     return _mm256_add_ps(s0, s1);
 }
 
+/* a block's f16 scale in all 8 lanes: the half broadcast, then converted
+ * (the same exact value as converting once and broadcasting the float, in
+ * fewer instructions) */
+TGTI static inline __m256 f16b8(const uint8_t *p) {
+    return _mm256_cvtph_ps(_mm_set1_epi16((short)td_cpu_rd_u16(p)));
+}
+
 TGT static float dot_q8_0(const void *wv, const float *x, const float *xs, int64_t n) {
     (void)xs;
     const uint8_t *b = wv;
@@ -166,10 +210,10 @@ TGT static float dot_q8_0(const void *wv, const float *x, const float *xs, int64
     __m256 acc0 = _mm256_setzero_ps(), acc1 = acc0;
     int64_t j = 0;
     for (; j + 2 <= nb; j += 2, b += 2 * SZ(q8_0), x += 64) {
-        acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q8_0, d))), q8_0_sum(b, x), acc0);
-        acc1 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + SZ(q8_0) + OFF(q8_0, d))), q8_0_sum(b + SZ(q8_0), x + 32), acc1);
+        acc0 = _mm256_fmadd_ps(f16b8(b + OFF(q8_0, d)), q8_0_sum(b, x), acc0);
+        acc1 = _mm256_fmadd_ps(f16b8(b + SZ(q8_0) + OFF(q8_0, d)), q8_0_sum(b + SZ(q8_0), x + 32), acc1);
     }
-    if (j < nb) acc0 = _mm256_fmadd_ps(_mm256_set1_ps(f16s(b + OFF(q8_0, d))), q8_0_sum(b, x), acc0);
+    if (j < nb) acc0 = _mm256_fmadd_ps(f16b8(b + OFF(q8_0, d)), q8_0_sum(b, x), acc0);
     return hsum8(_mm256_add_ps(acc0, acc1));
 }
 
@@ -752,6 +796,7 @@ void td_cpu_kernels_init_avx2(td_cpu_kernels *k) {
     k->quantize_act = quantize_act;
     k->type[TD_TYPE_F32].dot = dot_f32;
     k->type[TD_TYPE_F16].dot = dot_f16;
+    k->type[TD_TYPE_F16].dot_rows = dot_rows_f16;
     k->type[TD_TYPE_F16].to_f32 = row_f16;
     k->type[TD_TYPE_BF16].dot = dot_bf16;
     k->type[TD_TYPE_BF16].to_f32 = row_bf16;

@@ -203,6 +203,152 @@ Test(cpu_kernels, dot_avx2_vs_exact) {
 }
 
 /* ------------------------------------------------------------------------ */
+/* Native products of several rows: bitwise the per-row kernels              */
+
+/* The SIMD levels' native Q8_0 and F16 dot products, in scalar C: the order
+ * in which kernels_avx2.c adds (8 lanes; fmaf for a fused multiply-add),
+ * written here from that order, not by calling the kernels, so it pins the
+ * bits every row had before the several-row kernels (the conformance
+ * profile `native` relies on them). Q8_0: per block and lane l, s0 = q[l] x,
+ * s1 = q[l+8] x, s0 += q[l+16] x, s1 += q[l+24] x (fused), then
+ * acc[block parity][l] += d (s0 + s1) (fused); the lanes of acc0 + acc1
+ * reduced by halves, quarters, pairs. F16: four accumulators over 32 values
+ * (a remaining 8 into the first), (a0 + a1) + (a2 + a3) reduced as above,
+ * then the last n % 8 products added one by one. */
+static float lanes_red(const float v[8]) {
+    return ((v[0] + v[4]) + (v[2] + v[6])) + ((v[1] + v[5]) + (v[3] + v[7]));
+}
+
+static float model_q8_0(const uint8_t *w, const float *x, int64_t n) {
+    float acc[2][8] = {{0}};
+    for (int64_t j = 0; j < n / 32; j++) {
+        const uint8_t *b = w + j * 34;
+        const int8_t *q = (const int8_t *)(b + 2);
+        const float d = td_f16_to_f32(td_cpu_rd_u16(b));
+        const float *xb = x + 32 * j;
+        for (int l = 0; l < 8; l++) {
+            float s0 = (float)q[l] * xb[l], s1 = (float)q[l + 8] * xb[l + 8];
+            s0 = fmaf((float)q[l + 16], xb[l + 16], s0);
+            s1 = fmaf((float)q[l + 24], xb[l + 24], s1);
+            acc[j & 1][l] = fmaf(d, s0 + s1, acc[j & 1][l]);
+        }
+    }
+    float v[8];
+    for (int l = 0; l < 8; l++) v[l] = acc[0][l] + acc[1][l];
+    return lanes_red(v);
+}
+
+static float model_f16(const uint8_t *w, const float *x, int64_t n) {
+    float a[4][8] = {{0}};
+    int64_t i = 0;
+    for (; i + 32 <= n; i += 32)
+        for (int k = 0; k < 4; k++)
+            for (int l = 0; l < 8; l++)
+                a[k][l] = fmaf(td_f16_to_f32(td_cpu_rd_u16(w + 2 * (i + 8 * k + l))), x[i + 8 * k + l], a[k][l]);
+    for (; i + 8 <= n; i += 8)
+        for (int l = 0; l < 8; l++) a[0][l] = fmaf(td_f16_to_f32(td_cpu_rd_u16(w + 2 * (i + l))), x[i + l], a[0][l]);
+    float v[8];
+    for (int l = 0; l < 8; l++) v[l] = (a[0][l] + a[1][l]) + (a[2][l] + a[3][l]);
+    float s = lanes_red(v);
+    for (; i < n; i++) {
+        const float p = td_f16_to_f32(td_cpu_rd_u16(w + 2 * i)) * x[i];
+        s += p;
+    }
+    return s;
+}
+
+/* x whose values span 2^-10 .. 2^10, so a sum in another order rounds
+ * differently (seen: a tail block added to the other accumulator fails) */
+static void wide_x(float *x, int64_t n) {
+    for (int64_t i = 0; i < n; i++) x[i] = (float)ldexp(urnd(), (int)(rnd() % 21) - 10);
+}
+
+/* For every level this CPU runs: the level's `dot`, its several-row kernel
+ * (where it has one) and td_cpu_gemv over odd row counts and ragged n, each
+ * bitwise against the per-row `dot` and, at the SIMD levels, against the
+ * scalar model above. Returns the number of levels checked. */
+static int check_dot_rows(int type, int has_rows, float (*model)(const uint8_t *, const float *, int64_t),
+                          const int64_t *ns, int n_ns) {
+    static const int64_t nrs[] = {1, 2, 3, 4, 5, 7, 8, 13, 33, 128, 131};
+    int levels = 0;
+    for (int isa = TD_CPU_ISA_C; isa < TD_CPU_ISA_COUNT; isa++) {
+        td_cpu_kernels k;
+        td_cpu_kernels_init(&k, (td_cpu_isa)isa);
+        if ((int)k.isa != isa) continue;
+        levels++;
+        const td_cpu_type_ops *op = &k.type[type];
+        cr_assert_not_null(op->dot);
+        if (isa == TD_CPU_ISA_C || !has_rows) cr_assert_null(op->dot_rows, "%s %s: a several-row kernel",
+                                                             td_cpu_isa_name(k.isa), td_type_name(type));
+        else cr_assert_not_null(op->dot_rows, "%s %s: no several-row kernel", td_cpu_isa_name(k.isa), td_type_name(type));
+        for (int a = 0; a < n_ns; a++) {
+            const int64_t n = ns[a], max_nr = 131;
+            const size_t rb = td_type_row_bytes(type, n);
+            uint8_t *w = malloc(rb * (size_t)max_nr);
+            for (int64_t r = 0; r < max_nr; r++) {
+                size_t bytes;
+                uint8_t *row = random_row(type, n, &bytes);
+                memcpy(w + (size_t)r * rb, row, rb);
+                free(row);
+            }
+            float *x = malloc((size_t)n * sizeof *x), *xs = malloc((size_t)(n / 32 + 1) * sizeof *xs);
+            float *y = malloc((size_t)max_nr * sizeof *y), *ref = malloc((size_t)max_nr * sizeof *ref);
+            wide_x(x, n);
+            for (int64_t r = 0; r < max_nr; r++) {
+                ref[r] = op->dot(w + (size_t)r * rb, x, xs, n);
+                if (isa != TD_CPU_ISA_C) {
+                    const float m = model(w + (size_t)r * rb, x, n);
+                    cr_assert(memcmp(&ref[r], &m, 4) == 0, "%s %s dot, n = %lld, row %lld: %a, the lane model gives %a",
+                              td_cpu_isa_name(k.isa), td_type_name(type), (long long)n, (long long)r,
+                              (double)ref[r], (double)m);
+                }
+            }
+            if (op->dot_rows) { // rows 0, 5, 9, 130 together, and 4 neighbours
+                const int64_t pick[2][TD_CPU_DOT_ROWS] = {{0, 5, 9, 130}, {60, 61, 62, 63}};
+                for (int p = 0; p < 2; p++) {
+                    const void *rw[TD_CPU_DOT_ROWS];
+                    float yr[TD_CPU_DOT_ROWS];
+                    for (int r = 0; r < TD_CPU_DOT_ROWS; r++) rw[r] = w + (size_t)pick[p][r] * rb;
+                    op->dot_rows(rw, x, xs, n, yr);
+                    for (int r = 0; r < TD_CPU_DOT_ROWS; r++)
+                        cr_assert(memcmp(&yr[r], &ref[pick[p][r]], 4) == 0,
+                                  "%s %s dot_rows, n = %lld, row %lld: %a, dot gives %a", td_cpu_isa_name(k.isa),
+                                  td_type_name(type), (long long)n, (long long)pick[p][r], (double)yr[r],
+                                  (double)ref[pick[p][r]]);
+                }
+            }
+            for (size_t c = 0; c < sizeof nrs / sizeof nrs[0]; c++) {
+                const int64_t nr = nrs[c], r0 = max_nr - nr; // the last nr rows: not at the buffer's start
+                for (int64_t r = 0; r < nr; r++) y[r] = NAN;
+                td_cpu_gemv(op, w + (size_t)r0 * rb, rb, nr, x, xs, n, y);
+                for (int64_t r = 0; r < nr; r++)
+                    cr_assert(memcmp(&y[r], &ref[r0 + r], 4) == 0,
+                              "%s %s gemv of %lld rows, n = %lld, row %lld: %a, dot gives %a", td_cpu_isa_name(k.isa),
+                              td_type_name(type), (long long)nr, (long long)n, (long long)r, (double)y[r],
+                              (double)ref[r0 + r]);
+            }
+            free(w), free(x), free(xs), free(y), free(ref);
+        }
+    }
+    return levels;
+}
+
+/* Q8_0 has no several-row kernel (measured slower from memory on Zen 4,
+ * README "Benchmarks"): its per-row kernel keeps the model's bits and
+ * td_cpu_gemv runs it row by row */
+Test(cpu_kernels, dot_rows_q8_0_bitwise) {
+    rng_state = 41;
+    static const int64_t ns[] = {32, 64, 96, 160, 1024, 1056};
+    cr_assert_geq(check_dot_rows(TD_TYPE_Q8_0, 0, model_q8_0, ns, 6), 1);
+}
+
+Test(cpu_kernels, dot_rows_f16_bitwise) {
+    rng_state = 42;
+    static const int64_t ns[] = {1, 7, 8, 13, 31, 32, 33, 40, 72, 1000, 1029};
+    cr_assert_geq(check_dot_rows(TD_TYPE_F16, 1, model_f16, ns, 11), 1);
+}
+
+/* ------------------------------------------------------------------------ */
 /* Row decoders: exact values rounded once, so bitwise equal to the model's */
 
 static void check_rows(td_cpu_isa isa) {
