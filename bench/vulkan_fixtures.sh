@@ -83,21 +83,27 @@ for mp in "${models[@]}"; do
     python3 - "$work/j.json" "$name" "$p" "$fa" "${cpu:-?}" "$th" "$work/bad" <<'PY'
 import json, sys
 j = json.load(open(sys.argv[1]))
+def num(x):
+    # tapdiff's JSON writes a non-finite ratio as a string ("inf": an integer mismatch)
+    try:
+        return float(x or 0)
+    except (TypeError, ValueError):
+        return float("nan")
 for arm in ("a", "b"):
     b = j[arm]
     fd = b["compare"].get("first_divergent") or {}
     first = "%s@%s" % (fd["name"], fd["step"]) if fd else "-"
     print("%-20s %-4s %-4s %-16s %-11s %-24s %8.3g %8.3g %10.3g %10.3g %4d" % (
-        sys.argv[2], sys.argv[3], arm, b["arm"], b["verdict"], first, fd.get("ratio") or 0,
-        b.get("worst_ratio") or 0, b.get("logits_vs_oracle") or 0, b.get("logits_vs_plain_oracle") or 0,
+        sys.argv[2], sys.argv[3], arm, b["arm"], b["verdict"], first, num(fd.get("ratio")),
+        num(b.get("worst_ratio")), num(b.get("logits_vs_oracle")), num(b.get("logits_vs_plain_oracle")),
         b.get("oracle_ties_taken") or 0))
 a, b = j["a"], j["b"]
 fd = b["compare"].get("first_divergent") or {}
-first = "%s step %s r %.3g" % (fd["name"], fd["step"], fd.get("ratio") or 0) if fd else "-"
+first = "%s step %s r %.3g" % (fd["name"], fd["step"], num(fd.get("ratio"))) if fd else "-"
 print("cell %s %s FA %s threads %s: cpu %s %.3g (%.3g) | vulkan %s %.3g (%.3g) first %s ties %d | %s s CPU" % (
-    sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6], a["verdict"], a.get("logits_vs_oracle") or 0,
-    a.get("logits_vs_plain_oracle") or 0, b["verdict"], b.get("logits_vs_oracle") or 0,
-    b.get("logits_vs_plain_oracle") or 0, first, b.get("oracle_ties_taken") or 0, sys.argv[5]))
+    sys.argv[2], sys.argv[3], sys.argv[4], sys.argv[6], a["verdict"], num(a.get("logits_vs_oracle")),
+    num(a.get("logits_vs_plain_oracle")), b["verdict"], num(b.get("logits_vs_oracle")),
+    num(b.get("logits_vs_plain_oracle")), first, b.get("oracle_ties_taken") or 0, sys.argv[5]))
 if a["verdict"] != "conformant" or b["verdict"] != "conformant":
     open(sys.argv[7], "a").write("x\n")
 PY
