@@ -128,9 +128,9 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
             if (t->src_elem >= (int64_t)nb || o[t->src_elem] * sc != t->x) continue;
             // the arm rounds its f32 value to nearest even, as the device converts it
             const float bv = t->src_scale != 0 ? (float)b[t->src_elem] * (float)sc : (float)b[t->src_elem];
-            const double side = td_f16_to_f32(td_f32_to_f16(bv));
+            const double side = td_f16_round_trip_f32(bv);
             if (side != t->pick) {
-                if (side == (double)td_f16_to_f32(td_f32_to_f16((float)t->x)) && !agreed_has(agreed, t)) {
+                if (side == td_f16_round_trip_f64(t->x) && !agreed_has(agreed, t)) {
                     if (agreed->n == agreed->cap) {
                         agreed->cap = agreed->cap ? 2 * agreed->cap : 64;
                         agreed->v = td_xrealloc(agreed->v, (size_t)agreed->cap * sizeof *agreed->v);

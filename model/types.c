@@ -137,6 +137,10 @@ uint16_t td_f32_to_f16(float f) {
     return (uint16_t)(sign | q);
 }
 
+float td_f16_round_trip_f32(float x) { return td_f16_to_f32(td_f32_to_f16(x)); }
+
+double td_f16_round_trip_f64(double x) { return td_f16_to_f32(td_f32_to_f16((float)x)); }
+
 float td_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 uint16_t td_f32_to_bf16(float f) {
@@ -516,14 +520,13 @@ static block_dec32_fn block_decoder32(int type_id) {
 /* ggml-vulkan's f16 tile loader of the IQ2 grids (td_row_mode): the group
  * scale d*(2s+1)/8, exact in f32, rounded to f16 before the grid value
  * multiplies it; the row decoder rounds the product to f16 after. */
-static double f16_through_f32(double x) { return td_f16_to_f32(td_f32_to_f16((float)x)); }
 
 static void dec_iq2_f16_scale(const uint8_t *b, double *y, td_iq_group (*group)(const uint8_t *, int),
                               const uint8_t (*grid)[8]) {
     const double d = td_blk_f16(td_blk_u16(b));
     for (int g = 0; g < 32; g++) {
         const td_iq_group q = group(b, g);
-        td_iq_dec_grid8(f16_through_f32(d * q.mul / 8), grid[q.idx], q.neg, y + 8 * g);
+        td_iq_dec_grid8(td_f16_round_trip_f64(d * q.mul / 8), grid[q.idx], q.neg, y + 8 * g);
     }
 }
 
@@ -549,11 +552,11 @@ static block_dec_fn tile_decoder(int type_id) {
 }
 
 static void round_f16_64(double *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = f16_through_f32(x[i]);
+    for (int64_t i = 0; i < n; i++) x[i] = td_f16_round_trip_f64(x[i]);
 }
 
 static void round_f16_32(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+    for (int64_t i = 0; i < n; i++) x[i] = td_f16_round_trip_f32(x[i]);
 }
 
 /* ------------------------------------------------------------------------ */

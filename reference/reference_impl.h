@@ -72,11 +72,7 @@ static real dot(const real *a, const real *b, int64_t n) {
  * are exact there; the f32 hop inside td_act_round_f64 is the device's own),
  * so both arms round the same sums the same way. */
 static inline double mul_add_f16(double a, double b, double acc) {
-    double p = a * b;
-    td_f16_round_f64(&p, &p, 1);
-    double s = p + acc;
-    td_f16_round_f64(&s, &s, 1);
-    return s;
+    return td_f16_round_trip_f64(td_f16_round_trip_f64(a * b) + acc);
 }
 
 /* dot with an f16 accumulator (profile acc-f16) in ggml-vulkan's tiled
@@ -259,10 +255,7 @@ static void attention_range(real *out, const real *q, const real *k, const real 
 /* x rounded to f16 (through f32, as the device holds it), in f64: products
  * and sums of two f16 values are exact there, so both precisions round the
  * same values. */
-static inline double f16r(double x) {
-    td_f16_round_f64(&x, &x, 1);
-    return x;
-}
+static inline double f16r(double x) { return td_f16_round_trip_f64(x); }
 
 /* A row of a butterfly over n values (power of two): each value plus its
  * partner at distance s, for s in the order given; every position ends with
