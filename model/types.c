@@ -576,14 +576,6 @@ static int check_row(int type_id, int64_t n, const char *fn, const td_type_info 
     return TD_OK;
 }
 
-int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_err *err) {
-    return td_decode_row_as_f64(type_id, src, dst, n, TD_ROW_EXACT, err);
-}
-
-int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err) {
-    return td_decode_row_as_f32(type_id, src, dst, n, TD_ROW_EXACT, err);
-}
-
 /* A row's values in a mode (n > 0, checked). */
 static void decode_values_f64(const td_type_info *t, int type_id, const uint8_t *p, double *dst, int64_t n,
                               td_row_mode mode) {
@@ -613,13 +605,23 @@ static void decode_values_f64(const td_type_info *t, int type_id, const uint8_t 
     if (mode != TD_ROW_EXACT) round_f16_64(dst, n);
 }
 
-int td_decode_row_as_f64(int type_id, const void *src, double *dst, int64_t n, td_row_mode mode, td_err *err) {
+/* td_decode_row_f64 and _as_f64, errors under the name fn. */
+static int decode_row_f64(const char *fn, int type_id, const void *src, double *dst, int64_t n, td_row_mode mode,
+                          td_err *err) {
     const td_type_info *t;
-    int st = check_row(type_id, n, "td_decode_row_f64", &t, err);
+    int st = check_row(type_id, n, fn, &t, err);
     if (st != TD_OK || n == 0) return st;
     TD_ASSERT(src && dst);
     decode_values_f64(t, type_id, src, dst, n, mode);
     return TD_OK;
+}
+
+int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_err *err) {
+    return decode_row_f64("td_decode_row_f64", type_id, src, dst, n, TD_ROW_EXACT, err);
+}
+
+int td_decode_row_as_f64(int type_id, const void *src, double *dst, int64_t n, td_row_mode mode, td_err *err) {
+    return decode_row_f64("td_decode_row_as_f64", type_id, src, dst, n, mode, err);
 }
 
 /* The block values of a row in float: the f32 decoder's, else the f64 ones
@@ -644,9 +646,11 @@ static void decode_blocks_f32(const td_type_info *t, int type_id, const uint8_t 
     }
 }
 
-int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td_row_mode mode, td_err *err) {
+/* td_decode_row_f32 and _as_f32, errors under the name fn. */
+static int decode_row_f32(const char *fn, int type_id, const void *src, float *dst, int64_t n, td_row_mode mode,
+                          td_err *err) {
     const td_type_info *t;
-    int st = check_row(type_id, n, "td_decode_row_f32", &t, err);
+    int st = check_row(type_id, n, fn, &t, err);
     if (st != TD_OK || n == 0) return st;
     TD_ASSERT(src && dst);
     const uint8_t *p = src;
@@ -669,4 +673,12 @@ int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td
     }
     if (mode != TD_ROW_EXACT) round_f16_32(dst, n);
     return TD_OK;
+}
+
+int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err) {
+    return decode_row_f32("td_decode_row_f32", type_id, src, dst, n, TD_ROW_EXACT, err);
+}
+
+int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td_row_mode mode, td_err *err) {
+    return decode_row_f32("td_decode_row_as_f32", type_id, src, dst, n, mode, err);
 }
