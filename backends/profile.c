@@ -240,12 +240,12 @@ int64_t td_act_ties_reserve(void) {
 }
 
 float td_act_tie_f16_f32(int64_t call, int64_t elem, float x) {
-    if (call < 0 || !g_ties.on) return td_f16_to_f32(td_f32_to_f16(x));
+    if (call < 0 || !g_ties.on) return td_f16_round_trip_f32(x);
     return (float)tie_f16_at(call, x, x, elem, 0);
 }
 
 double td_act_tie_f16_f64(int64_t call, int64_t elem, double x) {
-    if (call < 0 || !g_ties.on) return td_f16_to_f32(td_f32_to_f16((float)x));
+    if (call < 0 || !g_ties.on) return td_f16_round_trip_f64(x);
     return tie_f16_at(call, x, (float)x, elem, 0);
 }
 
@@ -314,11 +314,11 @@ static void round_q8_k_block(float *out, const float *x, int64_t elem0) {
 }
 
 void td_f16_round_f32(float *out, const float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+    for (int64_t i = 0; i < n; i++) out[i] = td_f16_round_trip_f32(x[i]);
 }
 
 void td_f16_round_f64(double *out, const double *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) out[i] = td_f16_to_f32(td_f32_to_f16((float)x[i]));
+    for (int64_t i = 0; i < n; i++) out[i] = td_f16_round_trip_f64(x[i]);
 }
 
 void td_act_round_f32(float *out, const float *x, int64_t n, td_act_fmt fmt) {

@@ -77,6 +77,22 @@ static int agreed_has(const agreed_ties *a, const td_act_tie *t) {
     return 0;
 }
 
+int td_ties_add(td_ties_report *rep, const td_act_tie *t, int read) {
+    if (rep->n_flips == TD_TIES_FLIPS_MAX) return 0;
+    int known = 0;
+    for (int k = 0; k < rep->n_flips && !known; k++) known = same_value(&rep->flips[k], t);
+    if (!known && rep->n_values == TD_TIES_MAX) return 0;
+    if (!known) rep->n_values++, rep->n_read += read;
+    rep->read[rep->n_flips] = (unsigned char)read;
+    rep->flips[rep->n_flips++] = *t;
+    return 1;
+}
+
+/* Can rep take a new value? */
+static int ties_room(const td_ties_report *rep) {
+    return rep->n_values < TD_TIES_MAX && rep->n_flips < TD_TIES_FLIPS_MAX;
+}
+
 /* Is t pinned already (one of rep's flips)? */
 static int pinned(const td_ties_report *rep, const td_act_tie *t) {
     for (int k = 0; k < rep->n_flips; k++)
@@ -120,7 +136,7 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
         double *b = read_tap(fb, cand[g0].step, cand[g0].src, &nb, &seq),
                *o = read_tap(fo, cand[g0].step, cand[g0].src, &no, &seq_o);
         const int honest = cand[g0].step < first->step || seq < first->seq;
-        for (int i = g0; honest && b && o && nb == no && i < g1 && rep->n_flips < TD_TIES_MAX; i++) {
+        for (int i = g0; honest && b && o && nb == no && i < g1 && rep->n_flips < TD_TIES_FLIPS_MAX; i++) {
             const td_act_tie *t = &cand[i];
             // a scaled source: the oracle rounded its tapped value times the
             // scale, the arm its own f32 value times the f32 scale
@@ -128,9 +144,9 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
             if (t->src_elem >= (int64_t)nb || o[t->src_elem] * sc != t->x) continue;
             // the arm rounds its f32 value to nearest even, as the device converts it
             const float bv = t->src_scale != 0 ? (float)b[t->src_elem] * (float)sc : (float)b[t->src_elem];
-            const double side = td_f16_to_f32(td_f32_to_f16(bv));
+            const double side = td_f16_round_trip_f32(bv);
             if (side != t->pick) {
-                if (side == (double)td_f16_to_f32(td_f32_to_f16((float)t->x)) && !agreed_has(agreed, t)) {
+                if (side == td_f16_round_trip_f64(t->x) && !agreed_has(agreed, t)) {
                     if (agreed->n == agreed->cap) {
                         agreed->cap = agreed->cap ? 2 * agreed->cap : 64;
                         agreed->v = td_xrealloc(agreed->v, (size_t)agreed->cap * sizeof *agreed->v);
@@ -139,9 +155,7 @@ static int read_arm_side(const char *b_path, const char *oracle_path, const td_c
                 }
                 continue;
             }
-            rep->read[rep->n_flips] = 1;
-            rep->flips[rep->n_flips++] = *t;
-            (*added)++;
+            *added += td_ties_add(rep, t, 1);
         }
         free(b);
         free(o);
@@ -180,7 +194,6 @@ static int read_rounds(const td_run_config *oracle, const td_run_config *control
                                 err)) ||
             !added)
             break;
-        rep->n_read += added;
         free(*log);
         *log = NULL;
         rc = rerun(oracle, oracle->tap_path, rep->flips, rep->n_flips, log, n_log, err);
@@ -241,7 +254,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     int rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
     rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &agreed, err) : rc;
-    while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && rep->n_flips < TD_TIES_MAX) {
+    while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && ties_room(rep)) {
         const td_cmp_tap *first = td_cmp_tap_at(*r, (*r)->first);
         const int64_t step = first->step;
         // candidates: this step's near-ties not taken yet, nearest first; a value
@@ -286,9 +299,12 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                         group[n_cand++] = i;
             }
             for (int c = c0; c < n_cand && !kept && rc == TD_OK; c++) {
-                int n_try = rep->n_flips;
-                for (int i = 0; i < n_log && n_try < TD_TIES_MAX; i++)
-                    if (same_value(&log[group[c]], &log[i])) rep->flips[n_try++] = log[i];
+                // the candidate's copies are pinned on trial, dropped again when it is not kept
+                const int n_kept = rep->n_flips, v_kept = rep->n_values;
+                for (int i = 0; i < n_log; i++)
+                    if (same_value(&log[group[c]], &log[i])) td_ties_add(rep, &log[i], 0);
+                const int n_try = rep->n_flips, v_try = rep->n_values;
+                rep->n_flips = n_kept, rep->n_values = v_kept;
                 td_act_tie *log2 = NULL, *clog2 = NULL;
                 int n_log2 = 0, n_clog2 = -1;
                 rc = rerun(oracle, try_path, rep->flips, n_try, &log2, &n_log2, err);
@@ -309,7 +325,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                                                    (r2->first == (*r)->first && first_ratio(r2) * 4 < first_ratio(*r)));
                 if (better) {
                     kept = 1;
-                    rep->n_flips = n_try;
+                    rep->n_flips = n_try, rep->n_values = v_try;
                     td_cmp_result_free(*r);
                     *r = r2;
                     free(log);

@@ -57,7 +57,12 @@
 #include "profile.h"
 #include "runner.h"
 
-#define TD_TIES_MAX 1024       /* flips kept at most (most of them read from the arm's taps) */
+/* Tie values kept at most (most of them read from the arm's taps): a value
+ * is one rounding (step, element, value); the copies that round it again
+ * for more matmuls of the same row (attn_norm's feeds four, ffn_norm's
+ * three) count once, so they do not use the cap up. */
+#define TD_TIES_MAX 1024
+#define TD_TIES_FLIPS_MAX (4 * TD_TIES_MAX) /* the pins of those values, copies included */
 #define TD_TIES_READ_ROUNDS 8  /* oracle reruns that read the arm's side of f16 roundings */
 #define TD_TIES_CANDIDATES 6   /* near-ties tried per divergent step */
 #define TD_TIES_TAU (1.0 / 1024) /* near: within 2^-10 of the tie (code units / f16 ulps) */
@@ -70,11 +75,12 @@
 #define TD_TIES_SHARED_CANDIDATES 8 /* then: near-ties the control rounded to the other side than the oracle */
 
 typedef struct td_ties_report {
-    int n_flips;
-    td_act_tie flips[TD_TIES_MAX];
+    int n_flips;  /* pins: a value once per matmul that rounds it */
+    int n_values; /* distinct values among the flips (the ties taken; TD_TIES_MAX counts these) */
+    td_act_tie flips[TD_TIES_FLIPS_MAX];
     int n_reruns; /* oracle runs the search made */
-    int n_read;   /* of the flips, those read from the arm's taps */
-    unsigned char read[TD_TIES_MAX]; /* 1: flips[i] was read from the arm's taps, 0: found by the search */
+    int n_read;   /* of the values, those read from the arm's taps */
+    unsigned char read[TD_TIES_FLIPS_MAX]; /* 1: flips[i] was read from the arm's taps, 0: found by the search */
     int n_near;   /* the final oracle run's near ties (TD_TIES_NOTE_TAU), nearest first */
     td_act_tie near[TD_TIES_NEAR_MAX];
 } td_ties_report;
@@ -89,6 +95,12 @@ typedef struct td_ties_report {
  * lists them. Nothing changes when none helps. */
 int td_ties_follow(const td_run_config *oracle, const td_run_config *control, const char *b_path,
                    const td_cmp_options *o, td_cmp_result **r, td_ties_report *rep, td_err *err);
+
+/* Appends pin t to rep->flips (read: it was read from the arm's taps),
+ * counting it in n_values unless a flip of the same value (step, element,
+ * value) is there already. 0, nothing added, when t would be a new value
+ * past TD_TIES_MAX or the flips are full; else 1. */
+int td_ties_add(td_ties_report *rep, const td_act_tie *t, int read);
 
 /* One line per kept flip into buf ("step S: activation code / block scale
  * at call C element E, scaled value V"); "" when none. */

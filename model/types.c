@@ -137,6 +137,10 @@ uint16_t td_f32_to_f16(float f) {
     return (uint16_t)(sign | q);
 }
 
+float td_f16_round_trip_f32(float x) { return td_f16_to_f32(td_f32_to_f16(x)); }
+
+double td_f16_round_trip_f64(double x) { return td_f16_to_f32(td_f32_to_f16((float)x)); }
+
 float td_bf16_to_f32(uint16_t h) { return bits_f32((uint32_t)h << 16); }
 
 uint16_t td_f32_to_bf16(float f) {
@@ -516,14 +520,13 @@ static block_dec32_fn block_decoder32(int type_id) {
 /* ggml-vulkan's f16 tile loader of the IQ2 grids (td_row_mode): the group
  * scale d*(2s+1)/8, exact in f32, rounded to f16 before the grid value
  * multiplies it; the row decoder rounds the product to f16 after. */
-static double f16_through_f32(double x) { return td_f16_to_f32(td_f32_to_f16((float)x)); }
 
 static void dec_iq2_f16_scale(const uint8_t *b, double *y, td_iq_group (*group)(const uint8_t *, int),
                               const uint8_t (*grid)[8]) {
     const double d = td_blk_f16(td_blk_u16(b));
     for (int g = 0; g < 32; g++) {
         const td_iq_group q = group(b, g);
-        td_iq_dec_grid8(f16_through_f32(d * q.mul / 8), grid[q.idx], q.neg, y + 8 * g);
+        td_iq_dec_grid8(td_f16_round_trip_f64(d * q.mul / 8), grid[q.idx], q.neg, y + 8 * g);
     }
 }
 
@@ -549,11 +552,11 @@ static block_dec_fn tile_decoder(int type_id) {
 }
 
 static void round_f16_64(double *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = f16_through_f32(x[i]);
+    for (int64_t i = 0; i < n; i++) x[i] = td_f16_round_trip_f64(x[i]);
 }
 
 static void round_f16_32(float *x, int64_t n) {
-    for (int64_t i = 0; i < n; i++) x[i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+    for (int64_t i = 0; i < n; i++) x[i] = td_f16_round_trip_f32(x[i]);
 }
 
 /* ------------------------------------------------------------------------ */
@@ -571,14 +574,6 @@ static int check_row(int type_id, int64_t n, const char *fn, const td_type_info 
                           fn, t->name, (long long)t->block_size, (long long)n);
     *out = t;
     return TD_OK;
-}
-
-int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_err *err) {
-    return td_decode_row_as_f64(type_id, src, dst, n, TD_ROW_EXACT, err);
-}
-
-int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err) {
-    return td_decode_row_as_f32(type_id, src, dst, n, TD_ROW_EXACT, err);
 }
 
 /* A row's values in a mode (n > 0, checked). */
@@ -610,13 +605,23 @@ static void decode_values_f64(const td_type_info *t, int type_id, const uint8_t 
     if (mode != TD_ROW_EXACT) round_f16_64(dst, n);
 }
 
-int td_decode_row_as_f64(int type_id, const void *src, double *dst, int64_t n, td_row_mode mode, td_err *err) {
+/* td_decode_row_f64 and _as_f64, errors under the name fn. */
+static int decode_row_f64(const char *fn, int type_id, const void *src, double *dst, int64_t n, td_row_mode mode,
+                          td_err *err) {
     const td_type_info *t;
-    int st = check_row(type_id, n, "td_decode_row_f64", &t, err);
+    int st = check_row(type_id, n, fn, &t, err);
     if (st != TD_OK || n == 0) return st;
     TD_ASSERT(src && dst);
     decode_values_f64(t, type_id, src, dst, n, mode);
     return TD_OK;
+}
+
+int td_decode_row_f64(int type_id, const void *src, double *dst, int64_t n, td_err *err) {
+    return decode_row_f64("td_decode_row_f64", type_id, src, dst, n, TD_ROW_EXACT, err);
+}
+
+int td_decode_row_as_f64(int type_id, const void *src, double *dst, int64_t n, td_row_mode mode, td_err *err) {
+    return decode_row_f64("td_decode_row_as_f64", type_id, src, dst, n, mode, err);
 }
 
 /* The block values of a row in float: the f32 decoder's, else the f64 ones
@@ -641,9 +646,11 @@ static void decode_blocks_f32(const td_type_info *t, int type_id, const uint8_t 
     }
 }
 
-int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td_row_mode mode, td_err *err) {
+/* td_decode_row_f32 and _as_f32, errors under the name fn. */
+static int decode_row_f32(const char *fn, int type_id, const void *src, float *dst, int64_t n, td_row_mode mode,
+                          td_err *err) {
     const td_type_info *t;
-    int st = check_row(type_id, n, "td_decode_row_f32", &t, err);
+    int st = check_row(type_id, n, fn, &t, err);
     if (st != TD_OK || n == 0) return st;
     TD_ASSERT(src && dst);
     const uint8_t *p = src;
@@ -666,4 +673,12 @@ int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td
     }
     if (mode != TD_ROW_EXACT) round_f16_32(dst, n);
     return TD_OK;
+}
+
+int td_decode_row_f32(int type_id, const void *src, float *dst, int64_t n, td_err *err) {
+    return decode_row_f32("td_decode_row_f32", type_id, src, dst, n, TD_ROW_EXACT, err);
+}
+
+int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td_row_mode mode, td_err *err) {
+    return decode_row_f32("td_decode_row_as_f32", type_id, src, dst, n, mode, err);
 }

@@ -97,6 +97,10 @@ int td_decode_row_as_f32(int type_id, const void *src, float *dst, int64_t n, td
 double td_f16_to_f64(uint16_t h);
 float td_f16_to_f32(uint16_t h);
 uint16_t td_f32_to_f16(float f);    /* round to nearest even */
+/* x rounded to the nearest f16 and back, through f32 (x in f64 first
+ * rounded to f32) as a device converts a value it stores in f16. */
+float td_f16_round_trip_f32(float x);
+double td_f16_round_trip_f64(double x);
 float td_bf16_to_f32(uint16_t h);
 uint16_t td_f32_to_bf16(float f);   /* round to nearest even, NaN stays NaN */
 

@@ -72,11 +72,7 @@ static real dot(const real *a, const real *b, int64_t n) {
  * are exact there; the f32 hop inside td_act_round_f64 is the device's own),
  * so both arms round the same sums the same way. */
 static inline double mul_add_f16(double a, double b, double acc) {
-    double p = a * b;
-    td_f16_round_f64(&p, &p, 1);
-    double s = p + acc;
-    td_f16_round_f64(&s, &s, 1);
-    return s;
+    return td_f16_round_trip_f64(td_f16_round_trip_f64(a * b) + acc);
 }
 
 /* dot with an f16 accumulator (profile acc-f16) in ggml-vulkan's tiled
@@ -259,10 +255,7 @@ static void attention_range(real *out, const real *q, const real *k, const real 
 /* x rounded to f16 (through f32, as the device holds it), in f64: products
  * and sums of two f16 values are exact there, so both precisions round the
  * same values. */
-static inline double f16r(double x) {
-    td_f16_round_f64(&x, &x, 1);
-    return x;
-}
+static inline double f16r(double x) { return td_f16_round_trip_f64(x); }
 
 /* A row of a butterfly over n values (power of two): each value plus its
  * partner at distance s, for s in the order given; every position ends with
@@ -274,6 +267,15 @@ static real fa_butterfly(real *x, int64_t n, int down, int f16) {
         memcpy(x, t, (size_t)n * sizeof *x);
     }
     return x[0];
+}
+
+/* The cells of the cache a query at position pos_t sees, as n_kv flags:
+ * its causal prefix, or (sel_row not NULL) its QSA selection, sel_w indices
+ * ending at the first negative one. */
+static void fa_visible(char *ok, int64_t n_kv, int64_t pos_t, const int32_t *sel_row, int64_t sel_w) {
+    for (int64_t s = 0; s < n_kv; s++) ok[s] = !sel_row && s <= pos_t;
+    if (sel_row)
+        for (int64_t j = 0; j < sel_w && sel_row[j] >= 0; j++) ok[sel_row[j]] = 1;
 }
 
 /* Flash attention of the (token, head) pairs [i0, i1) as ggml-vulkan's
@@ -289,26 +291,23 @@ static real fa_butterfly(real *x, int64_t n, int down, int f16) {
  * the common max and summed (f32 L, f16 O) by subgroup butterflies and the
  * groups in order; the output is O*f16(1/L) in f16, or with split-k each
  * split's O, L, M combined in f32 by the reduce shader. Masked columns add
- * exact zeros, so only the valid ones are visited. ws: fa_ws_size(g, D,
- * n_kv) values of scratch. */
-static int64_t fa_ws_size(const td_fa_geom *g, int64_t D, int64_t n_kv) {
-    return 3 * g->cols + g->cols * D + g->bc / g->cols + g->split_k * (D + 2) + g->sg + n_kv;
+ * exact zeros, so only the valid ones are visited. ws: fa_ws_size(g, D)
+ * values, ok: n_kv flags of scratch. */
+static int64_t fa_ws_size(const td_fa_geom *g, int64_t D) {
+    return 3 * g->cols + g->cols * D + g->bc / g->cols + g->split_k * (D + 2) + g->sg;
 }
 
 static void fa_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *ws,
-                     const td_fa_geom *g, int64_t H, int64_t Hkv, int64_t D, int64_t n_kv, int64_t i0, int64_t i1,
-                     const int32_t *sel, int64_t sel_w, int64_t tie_call) {
+                     char *ok, const td_fa_geom *g, int64_t H, int64_t Hkv, int64_t D, int64_t n_kv, int64_t i0,
+                     int64_t i1, const int32_t *sel, int64_t sel_w, int64_t tie_call) {
     const real NEG = (real)(-FLT_MAX / 2), OFF = (real)(3.0f * 0.6931f);
     const int64_t C = g->cols, cpt = g->bc / C, K = g->split_k;
     real *M = ws, *L = M + C, *tmp = L + C, *O = tmp + C, *sv = O + C * D, *Os = sv + cpt,
-         *Ls = Os + K * D, *Ms = Ls + K, *Lk = Ms + K, *ok = Lk + g->sg;
+         *Ls = Os + K * D, *Ms = Ls + K, *Lk = Ms + K;
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / H, h = i % H, kh = td_ref_gqa_kv_head(h, H, Hkv);
         const real *qh = q + (t * H + h) * D;
-        // the columns this query sees: its causal prefix, or its QSA selection
-        for (int64_t s = 0; s < n_kv; s++) ok[s] = !sel && s <= pos[t];
-        if (sel)
-            for (int64_t j = 0; j < sel_w && sel[t * sel_w + j] >= 0; j++) ok[sel[t * sel_w + j]] = 1;
+        fa_visible(ok, n_kv, pos[t], sel ? sel + t * sel_w : NULL, sel_w);
         for (int64_t sp = 0; sp < K; sp++) {
             const int64_t c0 = sp * g->split_kv, c1 = (sp + 1) * g->split_kv < n_kv ? (sp + 1) * g->split_kv : n_kv;
             for (int64_t c = 0; c < C; c++) {
@@ -448,9 +447,7 @@ static void fa_cpu_range(real *out, const real *q, const real *k, const real *v,
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / H, h = i % H, kh = td_ref_gqa_kv_head(h, H, Hkv);
         const real *qh = q + (t * H + h) * D;
-        for (int64_t s = 0; s < n_kv; s++) ok[s] = !sel && s <= pos[t];
-        if (sel)
-            for (int64_t j = 0; j < sel_w && sel[t * sel_w + j] >= 0; j++) ok[sel[t * sel_w + j]] = 1;
+        fa_visible(ok, n_kv, pos[t], sel ? sel + t * sel_w : NULL, sel_w);
         real M = -(real)INFINITY, S = 0;
         for (int64_t d = 0; d < D; d++) O[d] = 0;
         for (int64_t s = 0; s < n_kv; s++) {
@@ -886,10 +883,11 @@ typedef struct fa_job {
 static void fa_worker(void *ctx, int w, int nw) {
     const fa_job *j = ctx;
     const int64_t n = j->T * j->H;
-    real *ws = td_xmalloc((size_t)fa_ws_size(&j->g, j->D, j->n_kv) * sizeof(real));
-    fa_range(j->out, j->q, j->k, j->v, j->pos, ws, &j->g, j->H, j->Hkv, j->D, j->n_kv, n * w / nw, n * (w + 1) / nw,
-             j->sel, j->sel_w, j->tie_call);
-    free(ws);
+    real *ws = td_xmalloc((size_t)fa_ws_size(&j->g, j->D) * sizeof(real));
+    char *ok = td_xmalloc((size_t)j->n_kv);
+    fa_range(j->out, j->q, j->k, j->v, j->pos, ws, ok, &j->g, j->H, j->Hkv, j->D, j->n_kv, n * w / nw,
+             n * (w + 1) / nw, j->sel, j->sel_w, j->tie_call);
+    free(ws), free(ok);
 }
 
 /* ggml-cpu's flash attention (fa-cpu) shared by the workers as att_job is. */

@@ -439,7 +439,7 @@ static void in_prepare_rows(const cpu_backend *b, cpu_in *in, int64_t r0, int64_
                 td_cpu_xsum(c->xds + r * ns, c->xd + r * n, n);
             }
         if (in->fmts & FMT_F16)
-            for (int64_t i = 0; i < n; i++) in->xh[0][r * n + i] = td_f16_to_f32(td_f32_to_f16(x[i]));
+            for (int64_t i = 0; i < n; i++) in->xh[0][r * n + i] = td_f16_round_trip_f32(x[i]);
         if (in->fmts & FMT_BF16)
             for (int64_t i = 0; i < n; i++) in->xh[1][r * n + i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
     }

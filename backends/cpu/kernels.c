@@ -308,7 +308,7 @@ void td_cpu_quantize_act(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *
             for (int i = 0; i < 32; i++) a = fmaxf(a, fabsf(xb[i]));
             // the codes use 127/a, not the stored (f16-rounded) scale
             const float id = a != 0.0f ? 127.0f / a : 0.0f;
-            d[j] = td_f16_to_f32(td_f32_to_f16(a / 127.0f));
+            d[j] = td_f16_round_trip_f32(a / 127.0f);
             for (int i = 0; i < 32; i++) {
                 const float v = rintf(xb[i] * id); // default rounding: ties to even
                 q[32 * j + i] = (int8_t)(v > 127 ? 127 : v < -127 ? -127 : v);

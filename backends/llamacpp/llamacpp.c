@@ -611,10 +611,19 @@ typedef struct lc_obs {
     td_err err;
 } lc_obs;
 
+/* The flash-attention kernel an arm runs, by the rule its profile declares. */
+typedef enum {
+    LC_FA_OFF,     /* flash attention off */
+    LC_FA_F16,     /* fa-f16 only: a device whose kernel is not modelled */
+    LC_FA_ACC_F16, /* ggml-vulkan's scalar shader on lavapipe (fa-acc-f16) */
+    LC_FA_CPU,     /* ggml-cpu's kernel (fa-cpu) */
+} lc_fa_kernel;
+
 typedef struct lc_backend {
     td_backend base;
     lc_kind kind;
     int flash_attn;
+    lc_fa_kernel fa_kernel; /* which kernel runs flash attention, as declare_profile declared it */
     int user;        /* TD_LLAMACPP_USER_DEFAULTS: llama-bench's settings, for speed only (no taps) */
     int logits_last; /* td_backend_params.logits_last */
     char profile[128]; /* what this arm computes with, from its device */
@@ -1331,6 +1340,7 @@ static void declare_profile(lc_backend *s, const td_model *m) {
     if (s->flash_attn) {
         if (!strcmp(p, "native")) p[0] = '\0';
         snprintf(p + strlen(p), n - strlen(p), "%sfa-f16", p[0] ? "+" : "");
+        s->fa_kernel = LC_FA_F16;
         // lavapipe runs ggml-vulkan's scalar flash-attention shader, whose
         // f16 accumulation follows from its subgroup size (fa-acc-f16); the
         // tuning of other vendors' devices differs and is not modelled
@@ -1338,12 +1348,12 @@ static void declare_profile(lc_backend *s, const td_model *m) {
         const int sg = s->kind == LC_VULKAN ? cap_int(g->caps, "warp size:") : -1;
         if (g->fp16 && !g->coopmat && sg >= 1 && sg <= 32 && !(sg & (sg - 1)) && m->hp.head_dim % 8 == 0 &&
             (strstr(g->caps, "llvmpipe") || strstr(g->desc, "llvmpipe")))
-            snprintf(p + strlen(p), n - strlen(p), "+fa-acc-f16@%d", sg);
+            snprintf(p + strlen(p), n - strlen(p), "+fa-acc-f16@%d", sg), s->fa_kernel = LC_FA_ACC_F16;
         // ggml-vulkan refuses FLASH_ATTN_EXT for head sizes that are not a
         // multiple of 8 (ggml_backend_vk_device_supports_op), on any device:
         // the scheduler runs it on ggml-cpu, whose kernel sums in f16 (fa-cpu)
         if ((s->kind == LC_VULKAN && m->hp.head_dim % 8) || s->kind == LC_CPU)
-            snprintf(p + strlen(p), n - strlen(p), "+fa-cpu");
+            snprintf(p + strlen(p), n - strlen(p), "+fa-cpu"), s->fa_kernel = LC_FA_CPU;
     }
 }
 
@@ -1522,10 +1532,10 @@ static int lc_open_kind(lc_kind kind, td_backend **out, const td_model *m, const
                  "%s, kv f32, fusion %s, n_ubatch = n_ctx = %lld%s%s",
                  llama_version(), TD_LLAMACPP_FETCHED, kind_name[kind], g_gpu[kind].desc, g_gpu[kind].caps,
                  g_gpu[kind].fp16, g_gpu[kind].int_dot, g_gpu[kind].coopmat,
-                 !s->flash_attn                ? "off"
-                 : strstr(s->profile, "fa-cpu") ? "on (head size not a multiple of 8: on ggml-cpu, fa-cpu)"
-                 : strstr(s->profile, "fa-acc-f16") ? "on (fa-acc-f16)"
-                                                     : "on",
+                 s->fa_kernel == LC_FA_OFF       ? "off"
+                 : s->fa_kernel == LC_FA_CPU     ? "on (head size not a multiple of 8: on ggml-cpu, fa-cpu)"
+                 : s->fa_kernel == LC_FA_ACC_F16 ? "on (fa-acc-f16)"
+                                                 : "on",
                  getenv("GGML_VK_DISABLE_FUSION") ? "off" : "on",
                  (long long)s->n_ctx, s->obs.all_nodes ? ", all nodes" : "", rope_trig);
     }

@@ -391,7 +391,7 @@ static cJSON *col_json(const arm_col *c) {
     cJSON_AddStringToObject(o, "worst_tap", wn);
     cJSON_AddNumberToObject(o, "logits_vs_oracle", c->logits_vs_oracle);
     cJSON_AddNumberToObject(o, "logits_vs_plain_oracle", c->logits_vs_plain);
-    cJSON_AddNumberToObject(o, "oracle_ties_taken", c->ties.n_flips);
+    cJSON_AddNumberToObject(o, "oracle_ties_taken", c->ties.n_values);
     if (c->qsa_model) cJSON_AddNumberToObject(o, "oracle_qsa_taken", c->qsa.n_rows);
     char *js = td_report_json(c->cr);
     cJSON *cmp = cJSON_Parse(js);
@@ -560,7 +560,7 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
                 char tl[2048];
                 td_ties_describe(&col[i].ties, tl, sizeof tl);
                 printf("%s: the oracle took arm %s's side of %d rounding tie(s) (%d oracle reruns): %s\n", i ? "B" : "A",
-                       col[i].arm, col[i].ties.n_flips, col[i].ties.n_reruns, tl);
+                       col[i].arm, col[i].ties.n_values, col[i].ties.n_reruns, tl);
             }
         for (int i = 0; i < 2; i++)
             if (col[i].qsa.n_rows) {
@@ -766,7 +766,7 @@ int td_cmd_bisect(int argc, char **argv) {
         if (o && cJSON_IsObject(o)) {
             cJSON_AddStringToObject(o, "control_arm", ctrl ? a.ctrl : "none");
             cJSON_AddStringToObject(o, "control_profile", !ctrl ? "none" : reuse_b ? declared : a.ctrl_profile);
-            if (ties_on) cJSON_AddNumberToObject(o, "oracle_ties_taken", ties.n_flips);
+            if (ties_on) cJSON_AddNumberToObject(o, "oracle_ties_taken", ties.n_values);
             if (qsa_model && is_ref(a.a)) cJSON_AddNumberToObject(o, "oracle_qsa_taken", qf.n_rows);
             char *js2 = cJSON_PrintUnformatted(o);
             puts(js2);
@@ -784,7 +784,7 @@ int td_cmd_bisect(int argc, char **argv) {
             char tl[2048];
             td_ties_describe(&ties, tl, sizeof tl);
             printf("the oracle took B's side of %d rounding tie(s) (%d oracle reruns; A's file records them): %s\n",
-                   ties.n_flips, ties.n_reruns, tl);
+                   ties.n_values, ties.n_reruns, tl);
         }
         if (qf.n_rows) {
             char ql[512];

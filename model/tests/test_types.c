@@ -924,7 +924,9 @@ Test(types, decode_errors) {
         err.msg[0] = 0;
         cr_assert_eq(td_decode_row_f64(nodec[i], blk, y, 256, &err), TD_EINPUT, "%s", td_type_name(nodec[i]));
         cr_assert(strstr(err.msg, td_type_name(nodec[i])), "message names the type: %s", err.msg);
+        cr_assert(strstr(err.msg, "td_decode_row_f64:"), "message names the function: %s", err.msg);
         cr_assert_eq(td_decode_row_f32(nodec[i], blk, yf, 256, &err), TD_EINPUT);
+        cr_assert(strstr(err.msg, "td_decode_row_f32:"), "message names the function: %s", err.msg);
     }
     cr_assert_eq(td_decode_row_f64(4, blk, y, 32, &err), TD_EINPUT);
     cr_assert_eq(td_decode_row_f64(TD_TYPE_COUNT, blk, y, 32, &err), TD_EINPUT);
@@ -1087,7 +1089,9 @@ Test(types, f16_tile_errors_and_non_finite_scales) {
     err.msg[0] = 0;
     cr_assert_eq(td_decode_row_as_f64(TD_TYPE_IQ2_XXS, b, y, 100, TD_ROW_F16_TILE, &err), TD_EINPUT);
     cr_assert(strstr(err.msg, "256") && strstr(err.msg, "100"), "expected and found: %s", err.msg);
+    cr_assert(strstr(err.msg, "td_decode_row_as_f64:"), "message names the function: %s", err.msg);
     cr_assert_eq(td_decode_row_as_f32(TD_TYPE_IQ2_XXS, b, yf, 100, TD_ROW_F16_TILE, &err), TD_EINPUT);
+    cr_assert(strstr(err.msg, "td_decode_row_as_f32:"), "message names the function: %s", err.msg);
     cr_assert_eq(td_decode_row_as_f64(TD_TYPE_Q8_1, b, y, 32, TD_ROW_F16_TILE, &err), TD_EINPUT);
     cr_assert_eq(td_decode_row_as_f64(-1, b, y, 256, TD_ROW_F16_TILE, &err), TD_EINPUT);
     const uint16_t bad[2] = {0x7C00, 0x7E00}; /* +inf, NaN */

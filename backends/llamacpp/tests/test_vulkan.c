@@ -441,6 +441,58 @@ Test(vulkan, acc_f16_rule_reproduces_attn_out_from_the_arms_own_input, .init = s
     cr_assert_eq(same, T * M, "acc-f16 reproduces %lld of %lld outputs", (long long)same, (long long)(T * M));
 }
 
+/* The prompt's tokens as "1,2,...". */
+static void token_list(const int32_t *prompt, int n, char *buf, size_t cap) {
+    buf[0] = '\0';
+    for (int i = 0; i < n; i++) snprintf(buf + strlen(buf), cap - strlen(buf), "%s%d", i ? "," : "", prompt[i]);
+}
+
+/* The Vulkan arm with flash attention on: the prompt and one decode step,
+ * full taps of filter into path; the profile it declared into profile. */
+static void vulkan_fa_run(const char *model, const int32_t *prompt, int n, const char *filter, const char *path,
+                          char *profile, size_t cap) {
+    setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
+    td_run_config cfg;
+    td_run_config_init(&cfg);
+    cfg.model_path = model;
+    cfg.backend = "llamacpp:vulkan";
+    cfg.prompt = prompt;
+    cfg.n_prompt = n;
+    cfg.n_steps = 1;
+    cfg.threads = 1;
+    cfg.tap_path = path;
+    cfg.tap_mode = TD_TAP_FULL;
+    cfg.tap_filter = filter;
+    td_run_result res = {0};
+    td_err err = {{0}};
+    int rc = td_run(&cfg, &res, &err);
+    unsetenv("TD_LLAMACPP_FLASH_ATTN");
+    cr_assert_eq(rc, TD_OK, "vulkan run: %s", err.msg);
+    snprintf(profile, cap, "%s", res.profile);
+    td_run_result_free(&res);
+}
+
+/* blk.0.attn_ctx of the Vulkan file vk (vulkan_fa_run) against `ref` run
+ * under profile prof on vk's tokens into ref_path: the error at the
+ * prefill (e[0]) and at the decode step (e[1]). */
+static void fa_ref_errors(const char *model, const int32_t *prompt, int n, const char *prof, const char *ref_path,
+                          const char *vk, double e[2]) {
+    char toks[400], decode[1100];
+    token_list(prompt, n, toks, sizeof toks);
+    snprintf(decode, sizeof decode, "pinned:%s", vk);
+    const char *run_ref[] = {"run", "--model", model, "--backend", "ref", "--profile", prof, "--tokens", toks,
+                             "--steps", "1", "--decode", decode, "--taps", "blk.0.attn_ctx", "--out", ref_path,
+                             "--quiet", NULL};
+    int rc = td_test_tapdiff_run(dir, NULL, NULL, run_ref);
+    cr_assert_eq(rc, 0, "ref --profile %s: exit %d", prof, rc);
+    for (int st = 0; st < 2; st++) {
+        e[st] = tap_err_at(ref_path, vk, "blk.0.attn_ctx", st);
+        cr_assert_geq(e[st], 0, "no blk.0.attn_ctx at step %d in the comparison", st);
+        cr_log_info("blk.0.attn_ctx step %d (%s): Vulkan vs ref --profile %s: %.3g", st,
+                    st ? "1 token" : "the prompt", prof, e[st]);
+    }
+}
+
 /* The declared fa-acc-f16 rule is what lavapipe's flash-attention shader
  * computes: blk.0.attn_ctx of stories260K in a 40-token step (row blocks of
  * query tokens) and in the one-token step after it (split-k, the partials
@@ -451,53 +503,16 @@ Test(vulkan, fa_acc_f16_rule_explains_flash_attention, .init = setup, .fini = te
     require_vulkan();
     const char *model = td_test_shared_model("stories260K.gguf");
     int32_t prompt[40];
-    char toks[160] = "";
-    for (int i = 0; i < 40; i++) {
-        prompt[i] = i + 1;
-        snprintf(toks + strlen(toks), sizeof toks - strlen(toks), "%s%d", i ? "," : "", i + 1);
-    }
+    for (int i = 0; i < 40; i++) prompt[i] = i + 1;
     const char *vk = td_test_path(dir, "vk.h5");
-    setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
-    td_run_config cfg;
-    td_run_config_init(&cfg);
-    cfg.model_path = model;
-    cfg.backend = "llamacpp:vulkan";
-    cfg.prompt = prompt;
-    cfg.n_prompt = 40;
-    cfg.n_steps = 1;
-    cfg.threads = 1;
-    cfg.tap_path = vk;
-    cfg.tap_mode = TD_TAP_FULL;
-    cfg.tap_filter = "inp.*,blk.0.attn_ctx";
-    td_run_result res = {0};
-    td_err err = {{0}};
-    int rc = td_run(&cfg, &res, &err);
-    unsetenv("TD_LLAMACPP_FLASH_ATTN");
-    cr_assert_eq(rc, TD_OK, "vulkan run: %s", err.msg);
     char with[128], without[128];
-    snprintf(with, sizeof with, "%s", res.profile);
+    vulkan_fa_run(model, prompt, 40, "inp.*,blk.0.attn_ctx", vk, with, sizeof with);
     char *rule = strstr(with, "+fa-acc-f16@");
-    cr_assert_not_null(rule, "flash attention on lavapipe should declare fa-acc-f16@S: %s", res.profile);
+    cr_assert_not_null(rule, "flash attention on lavapipe should declare fa-acc-f16@S: %s", with);
     snprintf(without, sizeof without, "%.*s%s", (int)(rule - with), with, rule + strcspn(rule + 1, "+") + 1);
-    td_run_result_free(&res);
-    const char *prof[2] = {with, without};
     double e[2][2];
-    for (int i = 0; i < 2; i++) {
-        const char *ref = td_test_path(dir, i ? "ref-fa16.h5" : "ref-faacc.h5");
-        char decode[1100];
-        snprintf(decode, sizeof decode, "pinned:%s", vk);
-        const char *run_ref[] = {"run", "--model", model, "--backend", "ref", "--profile", prof[i], "--tokens", toks,
-                                 "--steps", "1", "--decode", decode, "--taps", "blk.0.attn_ctx", "--out", ref,
-                                 "--quiet", NULL};
-        rc = td_test_tapdiff_run(dir, NULL, NULL, run_ref);
-        cr_assert_eq(rc, 0, "ref --profile %s: exit %d", prof[i], rc);
-        for (int st = 0; st < 2; st++) {
-            e[i][st] = tap_err_at(ref, vk, "blk.0.attn_ctx", st);
-            cr_assert_geq(e[i][st], 0, "no blk.0.attn_ctx at step %d in the comparison", st);
-            cr_log_info("blk.0.attn_ctx step %d (%s): Vulkan vs ref --profile %s: %.3g", st, st ? "1 token" : "40 tokens",
-                        prof[i], e[i][st]);
-        }
-    }
+    fa_ref_errors(model, prompt, 40, with, td_test_path(dir, "ref-faacc.h5"), vk, e[0]);
+    fa_ref_errors(model, prompt, 40, without, td_test_path(dir, "ref-fa16.h5"), vk, e[1]);
     // measured: 1.8e-5 and 1.4e-6 with the rule (ref32 under it: 3.3e-5 and
     // 3.6e-7 from the oracle, so f16 rounding flips), 7.8e-4 and 4.4e-4 without
     for (int st = 0; st < 2; st++) {
@@ -885,47 +900,15 @@ Test(vulkan, fa_cpu_rule_explains_flash_attention_on_the_cpu, .init = setup, .fi
     const char *model = td_test_fixture(dir, "qwen3-tails-f32");
     const int32_t prompt[8] = {1, 2, 3, 4, 5, 6, 7, 8};
     const char *vk = td_test_path(dir, "vk.h5");
-    setenv("TD_LLAMACPP_FLASH_ATTN", "1", 1);
-    td_run_config cfg;
-    td_run_config_init(&cfg);
-    cfg.model_path = model;
-    cfg.backend = "llamacpp:vulkan";
-    cfg.prompt = prompt;
-    cfg.n_prompt = 8;
-    cfg.n_steps = 1;
-    cfg.threads = 1;
-    cfg.tap_path = vk;
-    cfg.tap_mode = TD_TAP_FULL;
-    cfg.tap_filter = "inp.*,blk.0.attn_ctx";
-    td_run_result res = {0};
-    td_err err = {{0}};
-    int rc = td_run(&cfg, &res, &err);
-    unsetenv("TD_LLAMACPP_FLASH_ATTN");
-    cr_assert_eq(rc, TD_OK, "vulkan run: %s", err.msg);
     char with[160], without[160];
-    snprintf(with, sizeof with, "%s", res.profile);
-    td_run_result_free(&res);
+    vulkan_fa_run(model, prompt, 8, "inp.*,blk.0.attn_ctx", vk, with, sizeof with);
     char *rule = strstr(with, "+fa-cpu");
     cr_assert_not_null(rule, "head size 18 with flash attention should declare fa-cpu: %s", with);
     cr_assert_null(strstr(with, "fa-acc-f16"), "the shader does not run head size 18: %s", with);
     snprintf(without, sizeof without, "%.*s%s", (int)(rule - with), with, rule + strlen("+fa-cpu"));
-    const char *prof[2] = {with, without};
     double e[2][2];
-    for (int i = 0; i < 2; i++) {
-        const char *ref = td_test_path(dir, i ? "ref-nocpu.h5" : "ref-facpu.h5");
-        char decode[1100];
-        snprintf(decode, sizeof decode, "pinned:%s", vk);
-        const char *run_ref[] = {"run", "--model", model, "--backend", "ref", "--profile", prof[i], "--tokens",
-                                 "1,2,3,4,5,6,7,8", "--steps", "1", "--decode", decode, "--taps", "blk.0.attn_ctx",
-                                 "--out", ref, "--quiet", NULL};
-        rc = td_test_tapdiff_run(dir, NULL, NULL, run_ref);
-        cr_assert_eq(rc, 0, "ref --profile %s: exit %d", prof[i], rc);
-        for (int st = 0; st < 2; st++) {
-            e[i][st] = tap_err_at(ref, vk, "blk.0.attn_ctx", st);
-            cr_assert_geq(e[i][st], 0, "no blk.0.attn_ctx at step %d in the comparison", st);
-            cr_log_info("blk.0.attn_ctx step %d: Vulkan vs ref --profile %s: %.3g", st, prof[i], e[i][st]);
-        }
-    }
+    fa_ref_errors(model, prompt, 8, with, td_test_path(dir, "ref-facpu.h5"), vk, e[0]);
+    fa_ref_errors(model, prompt, 8, without, td_test_path(dir, "ref-nocpu.h5"), vk, e[1]);
     for (int st = 0; st < 2; st++) {
         cr_expect_gt(e[1][st], 1e-4, "step %d: without fa-cpu the arm should be visibly off (%.3g)", st, e[1][st]);
         cr_expect_lt(e[0][st], e[1][st] / 100, "step %d: fa-cpu does not explain the arm: %.3g with the rule, %.3g "

@@ -1,0 +1,55 @@
+/* Tests of the rounding-tie report (harness/ties.h): what TD_TIES_MAX
+ * counts. A tie is one value rounded at one step and element; the same row
+ * rounded again for each matmul it feeds gives copies of it, pinned one by
+ * one but counted once, so copies do not use the cap up. */
+#include <criterion/criterion.h>
+#include <string.h>
+
+#include "ties.h"
+
+static td_ties_report rep; // large: not on the stack
+
+/* The f16 tie at (step, elem) with value v, as rounded for matmul `call`. */
+static td_act_tie tie(int64_t step, int64_t call, int64_t elem, double v) {
+    return (td_act_tie){.step = step, .call = call, .elem = elem, .v = v, .f16 = 1};
+}
+
+/* attn_norm's row feeds four matmuls: four pins, one tie; a different
+ * element, step or value is another tie. */
+Test(ties, copies_of_one_value_count_as_one_tie) {
+    memset(&rep, 0, sizeof rep);
+    for (int call = 0; call < 4; call++) {
+        const td_act_tie t = tie(0, call, 7, 0.5);
+        cr_assert_eq(td_ties_add(&rep, &t, 1), 1);
+    }
+    cr_expect_eq(rep.n_flips, 4);
+    cr_expect_eq(rep.n_values, 1, "4 copies of one value counted as %d ties", rep.n_values);
+    cr_expect_eq(rep.n_read, 1, "read ties: %d", rep.n_read);
+    const td_act_tie others[3] = {tie(0, 0, 8, 0.5), tie(1, 0, 7, 0.5), tie(0, 0, 7, 0.5 + 1.0 / 4096)};
+    for (int i = 0; i < 3; i++) cr_assert_eq(td_ties_add(&rep, &others[i], 0), 1);
+    cr_expect_eq(rep.n_flips, 7);
+    cr_expect_eq(rep.n_values, 4);
+    cr_expect_eq(rep.n_read, 1, "found by the search, not read: %d", rep.n_read);
+    for (int i = 0; i < 7; i++) cr_expect_eq(rep.read[i], i < 4, "flip %d read %d", i, rep.read[i]);
+}
+
+/* TD_TIES_MAX values of three copies each all fit (counted by copy, a third
+ * of them would); past it a new value is refused and a copy of a kept one
+ * is still taken. */
+Test(ties, the_cap_counts_values_not_copies) {
+    memset(&rep, 0, sizeof rep);
+    for (int64_t e = 0; e < TD_TIES_MAX; e++)
+        for (int call = 0; call < 3; call++) {
+            const td_act_tie t = tie(0, call, e, 0.5);
+            cr_assert_eq(td_ties_add(&rep, &t, 1), 1, "value %lld copy %d refused (%d flips, %d values)",
+                         (long long)e, call, rep.n_flips, rep.n_values);
+        }
+    cr_expect_eq(rep.n_values, TD_TIES_MAX);
+    cr_expect_eq(rep.n_flips, 3 * TD_TIES_MAX);
+    const td_act_tie extra = tie(0, 0, TD_TIES_MAX, 0.5), copy = tie(0, 3, 5, 0.5);
+    cr_expect_eq(td_ties_add(&rep, &extra, 0), 0, "a value past the cap was taken");
+    cr_expect_eq(rep.n_flips, 3 * TD_TIES_MAX);
+    cr_expect_eq(td_ties_add(&rep, &copy, 0), 1, "a copy of a kept value was refused");
+    cr_expect_eq(rep.n_values, TD_TIES_MAX);
+    cr_expect_eq(rep.n_flips, 3 * TD_TIES_MAX + 1);
+}
