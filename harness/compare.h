@@ -27,7 +27,10 @@
  *           |topk(a) & topk(b)| / k (k = 5), KL(softmax a || softmax b) in
  *           nats.
  *  integer taps (i32/i64: inp.tokens, inp.pos, moe_topk, hist.tokens):
- *           exact equality; err = fraction of mismatching values.
+ *           exact equality; err = fraction of mismatching values. Not
+ *           counted: mismatches the control pair shows too, qsa_sel rows
+ *           differing only in the boundary group, moe_topk rows differing
+ *           only between near-tied experts (td_cmp_topk_row_explained).
  *  fingerprint-only (has_data = 0 in either file): data NOT compared. err is
  *           a LOWER BOUND of the relative L2 error derived from the two
  *           fingerprints: max of |sum_b - sum_a| / (sqrt(n) ||a||),
