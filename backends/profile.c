@@ -136,6 +136,12 @@ static void ties_call_window_f32(const float *x, int64_t n) {
     g_ties.call_abs = g_ties.src_near * a;
 }
 
+double td_act_ties_rope_near(const td_profile *p, double theta_max) {
+    if (!(p->rules & TD_RULE_ROPE_TRIG) || p->rope_trig_u <= 0) return TD_ACT_TIES_ROW_NEAR;
+    const double d = ldexp((double)p->rope_trig_u, -24) * (1.0 + fabs(theta_max));
+    return TD_ACT_TIES_ROW_NEAR + sqrt(2.0) * d;
+}
+
 void td_act_ties_source_scale(double scale) {
     if (g_ties.on) g_ties.src_scale = scale;
 }

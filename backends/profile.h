@@ -342,6 +342,19 @@ void td_act_ties_source_near(double rel);
  * (llama-q8_0 on lavapipe: the arm's Q/K/V 1e-7..3e-7 from the oracle's on
  * values up to ~4, measured) */
 #define TD_ACT_TIES_ROW_NEAR (1.0 / (1 << 20))
+/* rel for an f16 rounding that reads a tap out of RoPE (flash attention's
+ * f16(Q*scale), its f16 K cache rows, attn-f16's Q and K) in a step whose
+ * rotary angles are at most theta_max: TD_ACT_TIES_ROW_NEAR, plus, under
+ * rope-trig@U, the rotation error the profile declares honest. The device
+ * may turn a pair (a, b) by up to d = U * 2^-24 * (1 + theta_max) off the
+ * formed angle; the rotated pair keeps its length |(a, b)|, and turning it
+ * by d moves each of its two values by at most |(a, b)| * d. Both values are
+ * in the call, so |(a, b)| <= sqrt(2) * (the call's largest magnitude), and
+ * a scale applied after RoPE scales both sides alike: the window is
+ * sqrt(2) * d of the call's largest magnitude on top of the f32 rounding the
+ * row window holds (the two errors add). Without rope-trig the oracle forms
+ * the arm's angle and the row window alone is left. */
+double td_act_ties_rope_near(const td_profile *p, double theta_max);
 
 /* x (n) rounded to f16 and back, never logged or pinned: roundings that are
  * exact functions of values the arm and the oracle already share (f16

@@ -27,7 +27,10 @@
  *           |topk(a) & topk(b)| / k (k = 5), KL(softmax a || softmax b) in
  *           nats.
  *  integer taps (i32/i64: inp.tokens, inp.pos, moe_topk, hist.tokens):
- *           exact equality; err = fraction of mismatching values.
+ *           exact equality; err = fraction of mismatching values. Not
+ *           counted: mismatches the control pair shows too, qsa_sel rows
+ *           differing only in the boundary group, moe_topk rows differing
+ *           only between near-tied experts (td_cmp_topk_row_explained).
  *  fingerprint-only (has_data = 0 in either file): data NOT compared. err is
  *           a LOWER BOUND of the relative L2 error derived from the two
  *           fingerprints: max of |sum_b - sum_a| / (sqrt(n) ||a||),
@@ -272,6 +275,10 @@ typedef struct td_cmp_tap {
      * differ only inside the boundary group (td_cmp_qsa_row_explained): a
      * tie at the budget's cut, not counted as divergent */
     uint64_t n_int_qsa_tie;
+    /* of the rest, how many lie in rows of a MoE router's selection
+     * (moe_topk) that trade experts only within the near-tie tolerance of
+     * A's moe_probs (td_cmp_topk_row_explained): not counted as divergent */
+    uint64_t n_int_router_tie;
     /* the first mismatching flat index (integer taps, or non-finite
      * mismatches) and the two values there */
     uint64_t first_mismatch;
@@ -377,6 +384,17 @@ int64_t td_cmp_records_peak(const td_cmp_result *r);
  * Used by compare and by the state-operations check. */
 int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t W, const double *score, int64_t nb,
                              int64_t r, double thr);
+
+/* MoE router selections (blk.L.moe_topk, rank order): whether the two
+ * arms' picks of one token differ only by near ties. sel_a, sel_b (K):
+ * expert ids in rank order; score (X): A's scores of the token (moe_probs);
+ * thr: the tie tolerance (td_cmp_qsa_tie_thr over the X scores). Explained
+ * (1) when B's picks are K distinct ids in 0..X-1 and, at every rank where
+ * the two differ, A's scores of the two experts are within thr: the arm's
+ * scores, honest within thr, could order them so (the order inside the
+ * selection as the selection at its cut). Identical rows: 1. */
+int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score, int64_t X,
+                              double thr);
 
 /* The tie tolerance of one token's QSA selection, the MoE near-tie rule
  * (harness/audit.h): max(4 x the control pair's largest deviation over the

@@ -593,6 +593,22 @@ typedef struct ref_backend {
     ref_acts a;
 } ref_backend;
 
+/* The window of an f16 rounding that reads a tap out of RoPE in a step
+ * whose positions reach pos_max (td_act_ties_rope_near). The largest angle
+ * is pair 0's (omega 1): pos times the frequency scale (YaRN mixes the
+ * scaled and the unscaled angle: neither is exceeded), over the smallest
+ * frequency factor. */
+static double rope_near(const ref_backend *r, int64_t pos_max) {
+    double theta = (double)pos_max;
+    if (r->rope.scaling != TD_ROPE_SCALING_NONE && r->rope.freq_scale > 1) theta *= r->rope.freq_scale;
+    if (r->rope_ff) {
+        double ff = 1;
+        for (int64_t i = 0; i < r->rope.R / 2; i++) ff = fmin(ff, fabs((double)r->rope_ff[i]));
+        if (ff > 0) theta /= ff;
+    }
+    return td_act_ties_rope_near(&r->profile, theta);
+}
+
 static int64_t max3(int64_t a, int64_t b, int64_t c) {
     int64_t m = a > b ? a : b;
     return m > c ? m : c;
@@ -1089,7 +1105,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     if (td_profile_kv_store_f16(&r->profile)) { // profile rounding point: an f16 cache
         // the arm's side of each rounding shows in its K and V taps of this step (ties.h)
         td_act_ties_source_of(a->k, 0);
-        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
+        td_act_ties_source_near(rope_near(r, pos0 + T - 1));
         ACT_ROUND(kc + pos0 * Hkv * D, kc + pos0 * Hkv * D, T * Hkv * D, TD_ACT_F16);
         td_act_ties_source_of(a->v, 0);
         td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
@@ -1122,7 +1138,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         // yet scaled) to f16 for its f16 dot; q is not read after. The arm's
         // side of a near tie shows in its own Q tap (ties.h)
         td_act_ties_source_of(a->q, 0);
-        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
+        td_act_ties_source_near(rope_near(r, pos0 + T - 1));
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         fa_cpu_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .T = T, .H = H, .Hkv = Hkv,
                         .D = D, .n_kv = pos0 + T, .scale = (real)(1.0f / sqrtf((float)D)), .sel = sel,
@@ -1142,7 +1158,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         // of a near tie shows there
         td_act_ties_source_of(a->q, 0);
         td_act_ties_source_scale(scale);
-        td_act_ties_source_near(TD_ACT_TIES_ROW_NEAR);
+        td_act_ties_source_near(rope_near(r, pos0 + T - 1));
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         fa_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .g = fg, .T = T, .H = H, .Hkv = Hkv,
                     .D = D, .n_kv = pos0 + T, .sel = sel, .sel_w = sel_w, .tie_call = td_act_ties_reserve()};
@@ -1154,8 +1170,10 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         const int64_t n_kv = pos0 + T;
         // the arm's side of each rounding shows in its Q, K and V taps of this step (ties.h)
         td_act_ties_source_of(a->q, 0);
+        td_act_ties_source_near(rope_near(r, pos0 + T - 1));
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         td_act_ties_source(l, "attn_k_rope", -pos0 * Hkv * D);
+        td_act_ties_source_near(rope_near(r, pos0 + T - 1)); // the cached rows' positions are lower
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         td_act_ties_source(l, "attn_v", -pos0 * Hkv * D);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);

@@ -1009,6 +1009,78 @@ Test(compare, qsa_row_differing_only_in_the_boundary_group_is_explained) {
     cr_assert(!td_cmp_qsa_row_explained(A, beyond, 11, tie, 3, 4, 0.0));
 }
 
+/* ------------------------------------------------- MoE router near ties */
+/* qwen3moe-iq3_s, 40 tokens, flash attention on the CPU arm: at decode step
+ * 16 blk.1's router ranks experts 5 and 7 (probabilities 0.4278 and 0.3984 in
+ * the oracle) the other way round ([7, 5] against [5, 7]); the control
+ * (ref32) deviates by up to 0.00975 there (expert 7), so the near-tie
+ * tolerance is 4 x 0.00975 = 0.039 > the margin 0.0293. The arm's router
+ * logits were within budget (r 0.34). */
+static const double moe_a[8] = {6.85800488e-02, 1.18021665e-02, 1.15106356e-03, 1.67217180e-03,
+                                1.75682937e-04, 4.27776338e-01, 9.03926233e-02, 3.98449905e-01};
+static const double moe_b[8] = {6.92982301e-02, 1.12634366e-02, 1.18140306e-03, 1.67964073e-03,
+                                1.62981378e-04, 4.10273820e-01, 8.79325047e-02, 4.18207973e-01};
+static const double moe_c[8] = {6.92883655e-02, 1.13561898e-02, 1.17230136e-03, 1.65308465e-03,
+                                1.67168866e-04, 4.21033353e-01, 8.71258527e-02, 4.08203691e-01};
+
+Test(compare, router_rows_differing_only_by_near_ties_are_explained) {
+    const double thr = td_cmp_qsa_tie_thr(moe_a, moe_b, moe_a, moe_c, 8, TD_DT_F32);
+    cr_assert_float_eq(thr, 4 * (moe_c[7] - moe_a[7]), 1e-12, "thr %.9g", thr);
+    const int64_t a[2] = {5, 7}, swapped[2] = {7, 5}, far[2] = {5, 6}, dup[2] = {7, 7}, out[2] = {8, 5};
+    cr_assert(td_cmp_topk_row_explained(a, a, 2, moe_a, 8, 0.0));
+    cr_assert(td_cmp_topk_row_explained(a, swapped, 2, moe_a, 8, thr), "margin 0.0293 within %.4g", thr);
+    cr_assert(!td_cmp_topk_row_explained(a, swapped, 2, moe_a, 8, 0.029), "a tolerance under the margin");
+    cr_assert(!td_cmp_topk_row_explained(a, far, 2, moe_a, 8, thr), "expert 6 (0.090) for 7 (0.398)");
+    cr_assert(!td_cmp_topk_row_explained(a, dup, 2, moe_a, 8, 1.0), "an expert picked twice");
+    cr_assert(!td_cmp_topk_row_explained(a, out, 2, moe_a, 8, 1.0), "no expert 8 of 8");
+}
+
+/* One decode step of a router: probabilities (8) and the top-2 picks. */
+static void write_router(const char *path, td_dtype dt, const double *probs, const double *topk, const char *backend) {
+    td_tap_sink *s = tg_open(path, backend, dt == TD_DT_F64 ? "f64" : "f32", "abc");
+    tg_step(s, TD_STEP_DECODE, 55, 1);
+    const double tok[1] = {7}, pos[1] = {55};
+    const int64_t sh1[1] = {1};
+    tg_emit(s, "inp.tokens", TD_DT_I32, tok, 1, sh1);
+    tg_emit(s, "inp.pos", TD_DT_I32, pos, 1, sh1);
+    tg_emit2(s, "blk.1.moe_probs", dt, probs, 1, 8);
+    tg_emit2(s, "blk.1.moe_topk", TD_DT_I32, topk, 1, 2);
+    tg_end(s);
+    tg_close(s);
+}
+
+Test(compare, router_rank_swap_within_the_control_noise_is_conformant_and_a_far_pick_is_not) {
+    const double a[2] = {5, 7}, swapped[2] = {7, 5}, far[2] = {5, 6};
+    write_router(P("ra.h5"), TD_DT_F64, moe_a, a, "ref");
+    write_router(P("rc.h5"), TD_DT_F32, moe_c, a, "ref32"); // the control ranks as A
+    write_router(P("rb.h5"), TD_DT_F32, moe_b, swapped, "cand");
+    write_router(P("rf.h5"), TD_DT_F32, moe_b, far, "cand");
+    double quiet[8];
+    for (int e = 0; e < 8; e++) quiet[e] = moe_a[e] * (1 + 1e-6);
+    write_router(P("rq.h5"), TD_DT_F32, quiet, a, "ref32"); // a control 1e-6 off: no room for the swap
+    td_cmp_options o = td_cmp_options_default();
+    o.control = P("rc.h5");
+    td_cmp_result *r = cmp(P("ra.h5"), P("rb.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    const td_cmp_tap *t = find(r, 0, "blk.1.moe_topk");
+    cr_assert_eq(t->n_int_mismatch, 2);
+    cr_assert_eq(t->n_int_in_ctrl, 0, "the control ranks as A");
+    cr_assert_eq(t->n_int_router_tie, 2);
+    td_cmp_result_free(r);
+    r = cmp(P("ra.h5"), P("rf.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.1.moe_topk");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->fail, TD_CMPF_INTEGER);
+    td_cmp_result_free(r);
+    o.control = P("rq.h5");
+    r = cmp(P("ra.h5"), P("rb.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT, "the swap is a tie only within the control's noise");
+    t = find(r, 0, "blk.1.moe_topk"); // (the probabilities fail first against this control)
+    cr_assert_eq(t->fail, TD_CMPF_INTEGER);
+    cr_assert_eq(t->n_int_router_tie, 0);
+    td_cmp_result_free(r);
+}
+
 /* One decode step at p = 11 with the given block scores and selection. */
 static void write_qsa(const char *path, td_dtype dt, const double *scores, const double *sel, const char *backend) {
     td_tap_sink *s = tg_open(path, backend, dt == TD_DT_F64 ? "f64" : "f32", "abc");

@@ -514,6 +514,57 @@ Test(act_q8, tie_session_logs_and_pins_f16_operands) {
     cr_assert_eq(yf[0], 1.0f, "session closed: %.9g", yf[0]);
 }
 
+/* The window of f16 roundings that read a tap out of RoPE
+ * (td_act_ties_rope_near), on the numbers of llama-iq1_s, 40 tokens, flash
+ * attention on the Vulkan arm (decode step 4, position 43): head 0's
+ * f16(Q*scale) call has largest magnitude 0.515; element 5's oracle value is
+ * 5.5e-7 (0.018 f16 ulps) above the midpoint of 1372 and 1373 * 2^-15; the
+ * arm's rope, 1.9e-6 rad off (within rope-trig@4's 4 * 2^-24 * 44 = 1.05e-5
+ * rad), gives 9.5e-7 less, below the midpoint. The row window alone
+ * (2^-20 * 0.515 = 4.9e-7) misses it, so the oracle never reads the arm's
+ * side; under rope-trig@4 the window is 2^-20 + sqrt(2) * 1.05e-5 of 0.515
+ * (8.1e-6, 0.27 ulps there) and logs it with the arm's neighbour. A value
+ * 0.3 ulps off stays outside: the window is the declared bound, not all. */
+Test(act_q8, rope_trig_widens_the_window_of_rope_sourced_f16_roundings) {
+    const double ulp = 0x1p-15, mid = 1372.5 * 0x1p-15;
+    const double x[3] = {0.515, mid + 5.5e-7, -(mid + 0.3 * ulp)};
+    const double arm = x[1] - 9.5e-7; // the arm's own Q tap times the scale
+    td_profile vk, plain;
+    char why[200];
+    cr_assert_eq(td_profile_parse("attn-f16+mm-f16@8+acc-f16+rope-f32-pow+rope-trig@4+fa-f16+fa-acc-f16@8", &vk, why,
+                                  sizeof why),
+                 0, "%s", why);
+    cr_assert_eq(td_profile_parse("attn-f16+mm-f16@8+acc-f16+rope-f32-pow+fa-f16+fa-acc-f16@8", &plain, why, sizeof why),
+                 0, "%s", why);
+    cr_assert_eq(td_act_ties_rope_near(&plain, 43), TD_ACT_TIES_ROW_NEAR, "no rope-trig: the row window");
+    const double arm_f16 = td_f16_to_f32(td_f32_to_f16((float)arm));
+    cr_assert_eq(arm_f16, 1372 * 0x1p-15, "the arm's value rounds down: %.9g", arm_f16);
+    for (int k = 0; k < 2; k++) {
+        const td_profile *p = k ? &plain : &vk;
+        td_act_tie *log = NULL;
+        int n = 0;
+        double y[3];
+        td_act_ties_begin(NULL, 0, 1.0 / 1024);
+        td_act_ties_forward();
+        td_act_ties_source(0, "attn_q_rope", 0);
+        td_act_ties_source_near(td_act_ties_rope_near(p, 43));
+        td_act_round_f64(y, x, 3, TD_ACT_F16);
+        td_act_ties_end(&log, &n);
+        cr_assert_eq(y[1], 1373 * 0x1p-15, "the oracle rounds up: %.9g", y[1]);
+        int logged = 0;
+        for (int i = 0; i < n; i++) {
+            cr_assert_neq(log[i].elem, 2, "0.3 ulps off the midpoint is outside the window (%s)", k ? "plain" : "rope-trig");
+            if (log[i].elem != 1) continue;
+            logged = 1;
+            cr_assert_eq(log[i].pick, arm_f16, "logged with the other neighbour, the arm's: %.9g", log[i].pick);
+            cr_assert_str_eq(log[i].src, "blk.0.attn_q_rope");
+        }
+        free(log);
+        if (k == 0) cr_assert(logged, "rope-trig@4 at position 43: 5.5e-7 off the midpoint is within the window");
+        else cr_assert(!logged, "without rope-trig the row window (4.9e-7) leaves it out");
+    }
+}
+
 /* F16 / BF16: round to nearest, ties to even. 1 + 2^-11 is half an f16 ulp
  * above 1 -> 1; 1 + 3*2^-11 -> 1 + 2^-9 (the even neighbour); bf16 has 8
  * significant bits: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6. */
