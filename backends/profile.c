@@ -593,6 +593,10 @@ int td_profile_kv_store_f16(const td_profile *p) {
     return (p->rules & (TD_RULE_KV_F16 | TD_RULE_FA_F16)) != 0;
 }
 
+int td_profile_idx_store_f16(const td_profile *p) {
+    return (p->rules & TD_RULE_KV_F16) != 0;
+}
+
 /* QSA selections taken from an arm (profile.h td_qsa_pins_begin): a list a
  * forward searches per sparse query; a few hundred at most. */
 static struct {

@@ -192,6 +192,13 @@ int td_profile_mm_f16(const td_profile *p, int64_t T);
 /* Are K and V rounded to f16 when stored (kv-f16, fa-f16: every step)? */
 int td_profile_kv_store_f16(const td_profile *p);
 
+/* Is the QSA indexer's raw-key cache rounded to f16 when stored? Under
+ * kv-f16 only: that cache has the K cache's type. fa-f16 is flash
+ * attention's cast of K and V where attention reads them; the indexer's keys
+ * never reach flash attention, so with an f32 cache they stay f32 (llama.cpp
+ * gathers the blocks straight from the cache). */
+int td_profile_idx_store_f16(const td_profile *p);
+
 /* How the rotary angle is formed (rope-f32-mul / rope-f32-pow). */
 typedef enum td_rope_angle {
     TD_ROPE_ANGLE_EXACT = 0, /* pos * base^(-2i/R) in the working precision */

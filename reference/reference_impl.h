@@ -946,8 +946,9 @@ static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_e
     tap2(sink, l, "qsa_k_raw", a->ik, T, di);
     real *kc = r->idx_cache[l];
     memcpy(kc + pos0 * di, a->ik, (size_t)(T * di) * sizeof(real));
-    // profile rounding point: the indexer cache has the K cache's type (§5)
-    if (td_profile_kv_store_f16(&r->profile)) ACT_ROUND(kc + pos0 * di, kc + pos0 * di, T * di, TD_ACT_F16);
+    // profile rounding point: the indexer cache has the K cache's type (§5);
+    // flash attention's f16 cast of K/V (fa-f16) does not reach it
+    if (td_profile_idx_store_f16(&r->profile)) ACT_ROUND(kc + pos0 * di, kc + pos0 * di, T * di, TD_ACT_F16);
 
     if ((rc = matmul(r, a->iq, a->xn, Q->wq, NULL, 0, T, E, Hi * di, err))) return rc;
     if ((rc = rmsnorm_rows(r, a->iq, a->iq, Q->q_norm, T * Hi, di, err))) return rc;

@@ -1102,6 +1102,13 @@ static int observe(lc_obs *o, const struct ggml_tensor *node) {
         c->ndim = top + 1;
         for (int d = 0; d <= top; d++) c->shape[d] = d == top ? ne0_used : t->ne[top - d];
     }
+    if (o->kind == WANT_CANON && o->want_src >= 0 && o->perturb[0] && !strcmp(o->want_name, o->perturb))
+        // a tap read from an input or a cache view (qsa_kcache, inp.ple_rows):
+        // scaling the cache would carry into later steps, and ignoring the
+        // request would make a perturbation check pass without a perturbation
+        return obs_fail(o, TD_EINPUT, "llamacpp: TD_LLAMACPP_PERTURB: tap %s is read from an operand of node '%s', "
+                        "not computed by it: perturb the tap that feeds it",
+                        o->want_name, node->name);
     if (o->kind == WANT_CANON && o->want_src < 0 && o->perturb[0] && !strcmp(o->want_name, o->perturb)) {
         // the test hook: the graph goes on with the scaled values (on a
         // device: read, scale, write back before the next node runs)

@@ -814,6 +814,71 @@ Test(reference, profile_rules_round_at_their_points, .init = make_tmpdir, .fini 
     td_model_close(m);
 }
 
+/* The QSA indexer's raw-key cache has the K cache's type: f16 under kv-f16,
+ * the raw keys as computed otherwise. fa-f16 is flash attention's cast of
+ * K/V where attention reads them; llama.cpp's indexer gathers its blocks
+ * straight from an f32 cache, which flash attention never touches (a f16
+ * cache under fa-f16 made both llama.cpp arms diverge at qsa_kcache by
+ * f16's rounding, r 167 on qwen4exp-f32). Every row of qsa_kcache, prefill
+ * and decode, against that step's qsa_k_raw; f16 by the compiler's own
+ * _Float16 of the f32 value (the arm's raw key is f32). */
+Test(reference, qsa_index_cache_is_f16_under_kv_f16_only, .init = make_tmpdir, .fini = remove_tmpdir) {
+    const char *bin = tapdiff_bin();
+    char path[512], h5[600], cmd[2048];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("qwen4exp-f32", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    static const char *const be[2] = {"ref", "ref32"};
+    static const char *const prof[3] = {"fa-f16", "native", "kv-f16"};
+    for (int b = 0; b < 2; b++) {
+        for (int q = 0; q < 3; q++) {
+            snprintf(h5, sizeof h5, "%s/qsa-%s-%s.h5", tmpdir, be[b], prof[q]);
+            snprintf(cmd, sizeof cmd,
+                     "'%s' run --quiet --model '%s' --backend %s --profile %s --tokens 3,14,15,92,65 --steps 1 "
+                     "--out '%s' 2>&1",
+                     bin, path, be[b], prof[q], h5);
+            char *out = NULL;
+            const int st = run_cmd(cmd, &out);
+            cr_assert_eq(st, 0, "%s", out ? out : "");
+            free(out);
+            const int f16 = !strcmp(prof[q], "kv-f16");
+            td_tapfile *f = NULL;
+            cr_assert_eq(td_tapfile_open(&f, h5, &err), TD_OK, "%s", err.msg);
+            int64_t checked = 0, rounded = 0;
+            for (int64_t s = 0; s < td_tapfile_n_steps(f); s++) {
+                td_step_info si;
+                cr_assert_eq(td_tapfile_step(f, s, &si, &err), TD_OK, "%s", err.msg);
+                for (int l = 0; l < 8; l++) {
+                    char kc[64], kr[64];
+                    snprintf(kc, sizeof kc, "blk.%d.qsa_kcache", l);
+                    snprintf(kr, sizeof kr, "blk.%d.qsa_k_raw", l);
+                    td_tap_info ic, ir;
+                    if (td_tapfile_tap(f, s, kc, &ic, &err)) continue;
+                    cr_assert_eq(td_tapfile_tap(f, s, kr, &ir, &err), TD_OK, "%s", err.msg);
+                    const int64_t di = ir.shape[1], T = ir.shape[0], n_kv = ic.shape[0];
+                    cr_assert_eq(n_kv, si.pos0 + T, "%s step %lld: %s holds every cached position", h5, (long long)s,
+                                 kc);
+                    double *c = malloc(sizeof(double) * ic.count), *r = malloc(sizeof(double) * ir.count);
+                    cr_assert_eq(td_tapfile_read_f64(f, s, kc, c, ic.count, &err), TD_OK, "%s", err.msg);
+                    cr_assert_eq(td_tapfile_read_f64(f, s, kr, r, ir.count, &err), TD_OK, "%s", err.msg);
+                    for (int64_t i = 0; i < T * di; i++) {
+                        const double raw = r[i], want = f16 ? (double)(_Float16)(float)raw : raw;
+                        const double got = c[si.pos0 * di + i];
+                        cr_assert(got == want, "%s %s step %lld %s[%lld]: %.17g, want %.17g (raw key %.17g)", be[b],
+                                  prof[q], (long long)s, kc, (long long)(si.pos0 * di + i), got, want, raw);
+                        rounded += raw != want, checked++;
+                    }
+                    free(c), free(r);
+                }
+            }
+            td_tapfile_close(f);
+            cr_assert_gt(checked, 0, "%s: no qsa_kcache row checked", h5);
+            // not vacuous: f16 moves most raw keys
+            if (f16) cr_assert_gt(rounded, checked / 2, "%s: f16 moved only %lld of %lld keys", h5, (long long)rounded,
+                                  (long long)checked);
+        }
+    }
+}
+
 /* ------------------------------------------------------------------------ */
 /* Threads: a matmul's output rows are split between workers, every dot
  * product keeps its index order, so 1, 2 and 3 threads give the same bits in

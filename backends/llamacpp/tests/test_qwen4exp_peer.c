@@ -84,6 +84,46 @@ Test(q4peer, without_the_follow_attn_ctx_diverges_where_the_peer_keeps_other_tie
     cr_expect(st == 1 && strstr(out, "FIRST DIVERGENT  blk.1.attn_ctx  at step 0"), "follow off: exit %d:\n%s", st, out);
 }
 
+/* Flash attention on (the CPU arm declares act-q8+rope-f32-mul+fa-f16+fa-cpu):
+ * flash attention casts the attention's K/V to f16, but the indexer's key
+ * cache stays f32 (kv f32) and its block gather never meets flash attention,
+ * so the oracle keeps qsa_kcache unrounded (profile.h
+ * td_profile_idx_store_f16). Red with the cache rounded under fa-f16 as
+ * well: blk.1.qsa_kcache at step 0, r 141 (1 token) and 209 (8). A wrong
+ * raw key (x1.001, what the cache stores) is still named at step 0; the
+ * cache tap itself is read from the gather's operand, which the hook
+ * refuses to scale (it must not pass as a perturbed run). */
+#define FA_ORACLE "--a-profile act-q8+rope-f32-mul+fa-f16+fa-cpu"
+Test(q4peer, flash_attention_leaves_the_index_cache_f32) {
+    const char *exe = peer_or_skip();
+    static char out[1 << 16];
+    const char *model = td_test_fixture(tmpdir, "qwen4exp-f32");
+    static const int lens[] = {1, 8};
+    char dir[700], cmd[4096];
+    for (int k = 0; k < 4; k++) {
+        const int len = lens[k < 2 ? k : 0];
+        snprintf(dir, sizeof dir, "%s/fa-%d-%d", tmpdir, len, k);
+        snprintf(cmd, sizeof cmd,
+                 "TD_LLAMACPP_FLASH_ATTN=1 %s '%s' bisect --quiet --model '%s' --a ref --b llamacpp --tokens %s "
+                 "--steps 2 --threads 1 --filter '" Q4_TAPS "' " FA_ORACLE " --out-dir '%s' 2>&1",
+                 k == 2   ? "TD_LLAMACPP_PERTURB='blk.1.qsa_k_raw*1.001'"
+                 : k == 3 ? "TD_LLAMACPP_PERTURB='blk.1.qsa_kcache*1.001'"
+                          : "",
+                 exe, model,
+                 len == 1 ? "11" : "11,48,85,122,159,196,233,270", dir);
+        const int st = td_test_sh_capture(cmd, out, sizeof out);
+        if (k < 2)
+            cr_expect(st == 0 && strstr(out, "missing: 0 in A, 0 in B"), "FA on, %d tokens: exit %d:\n%s", len, st,
+                      out);
+        else if (k == 2)
+            cr_expect(st == 1 && strstr(out, "FIRST DIVERGENT  blk.1.qsa_k_raw  at step 0"),
+                      "FA on, qsa_k_raw x1.001: exit %d:\n%s", st, out);
+        else
+            cr_expect(st > 1 && strstr(out, "TD_LLAMACPP_PERTURB: tap blk.1.qsa_kcache is read from an operand"),
+                      "FA on, qsa_kcache x1.001 (refused): exit %d:\n%s", st, out);
+    }
+}
+
 /* The peer has no inp.ple_ids (llama.cpp builds the n-gram context on the
  * host): a three-arm bisect that compares every tap must not call that arm
  * conformant (it crashed in the tie search once, then printed "both arms
