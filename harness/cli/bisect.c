@@ -405,7 +405,10 @@ static cJSON *col_json(const arm_col *c) {
  * compares each arm with its oracle (control: ref32 with its profile) and A
  * with B directly (control: ref32 with B's profile, against A). */
 static int three_arm(const bisect_args *a, const td_model *m, const int32_t *prompt, int64_t n_prompt, td_err *err) {
-    arm_col col[2] = {{.arm = a->a}, {.arm = a->b}};
+    // two tie reports (~0.8 MB each) do not belong on the stack; one bisect per process
+    static arm_col col[2];
+    memset(col, 0, sizeof col);
+    col[0].arm = a->a, col[1].arm = a->b;
     td_run_result plain = {0};
     td_cmp_result *direct = NULL;
     char *rep = NULL;
