@@ -78,6 +78,9 @@ TGTI static inline void put16(float *y, __m512 v, const float *bias) {
     _mm512_storeu_ps(y, _mm512_add_ps(v, bias ? _mm512_loadu_ps(bias) : _mm512_setzero_ps()));
 }
 
+/* one token: codes this far ahead are prefetched (see q4_k_row1) */
+#define PF_Q8_0 4096
+
 /* Q8_0: codes are w + 128 (unsigned), so each block's sum is Σ (w+128) a
  * minus as = 128 Σ a. Block j's scaled value goes to lane j % 8 of its
  * token: acc[t] points at that lane's accumulator. */
@@ -87,10 +90,13 @@ TGTI static inline void q8_0_step(const uint8_t *pk, int64_t nb, int64_t j, int 
     __m512i s[2] = {_mm512_setzero_si512(), _mm512_setzero_si512()};
 #pragma GCC unroll 8
     for (int i = 0; i < 8; i++) {
-        const __m512i w = _mm512_loadu_si512(pk + 1088 * (j / 2) + 512 * (j % 2) + 64 * i);
+        const uint8_t *wp = pk + 1088 * (j / 2) + 512 * (j % 2) + 64 * i;
+        if (TT == 1) _mm_prefetch((const char *)wp + PF_Q8_0, _MM_HINT_T0);
+        const __m512i w = _mm512_loadu_si512(wp);
 #pragma GCC unroll 8
         for (int t = 0; t < TT; t++) s[t] = _mm512_dpbusd_epi32(s[t], w, bcast4(q + t * n + 32 * j + 4 * i));
     }
+    if (TT == 1 && j % 2) _mm_prefetch((const char *)pk + 1088 * (j / 2) + 1024 + PF_Q8_0, _MM_HINT_T0);
     const __m512 dw = f16x16(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2));
 #pragma GCC unroll 8
     for (int t = 0; t < TT; t++) {
