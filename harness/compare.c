@@ -739,13 +739,20 @@ static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_
     return st;
 }
 
-int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score, int64_t X,
-                              double thr) {
+int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score,
+                              const double *score_b, int64_t X, double thr) {
     for (int64_t j = 0; j < K; j++) {
         if (sel_a[j] < 0 || sel_a[j] >= X || sel_b[j] < 0 || sel_b[j] >= X) return 0;
         for (int64_t i = 0; i < j; i++)
             if (sel_b[i] == sel_b[j]) return 0;
-        if (sel_a[j] != sel_b[j] && !(fabs(score[sel_a[j]] - score[sel_b[j]]) <= thr)) return 0;
+        if (sel_a[j] == sel_b[j]) continue;
+        if (!(fabs(score[sel_a[j]] - score[sel_b[j]]) <= thr)) return 0;
+        // B's pick must be what B's own scores rank above A's (unless B took
+        // A's earlier): an exact tie in B is decided by the tie-break
+        // convention, which only the control can vouch for
+        int earlier = 0;
+        for (int64_t i = 0; i < j; i++) earlier |= sel_b[i] == sel_a[j];
+        if (!earlier && !(score_b[sel_b[j]] > score_b[sel_a[j]])) return 0;
     }
     return 1;
 }
@@ -781,19 +788,30 @@ static int router_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_t
         st = td_tapfile_read_f64(c->ca->f, step, ci->name, ca, (uint64_t)(T * X), err);
         if (!st) st = td_tapfile_read_f64(c->cb->f, step, cj->name, cb, (uint64_t)(T * X), err);
     }
+    // the control's own picks: a row whose every mismatch the control shows
+    // too is left to that stronger explanation (int_mismatch_in_ctrl)
+    const td_tap_info *ti = NULL, *tj = NULL;
+    int64_t *ka = NULL, *kb = NULL;
+    if (!st) st = ctrl_pair(c, step, b->name, b, &ti, &tj, err);
+    if (!st && ti && ti->has_data && tj->has_data) {
+        ka = td_xmalloc(sizeof *ka * (size_t)(T * K)), kb = td_xmalloc(sizeof *kb * (size_t)(T * K));
+        st = td_tapfile_read_i64(c->ca->f, step, ti->name, ka, (uint64_t)(T * K), err);
+        if (!st) st = td_tapfile_read_i64(c->cb->f, step, tj->name, kb, (uint64_t)(T * K), err);
+    }
     for (int64_t row = 0; !st && row < T; row++) {
         const int64_t *ra = va + row * K, *rb = vb + row * K;
-        uint64_t mis = 0;
-        for (int64_t j = 0; j < K; j++) mis += ra[j] != rb[j];
-        if (!mis) continue;
+        uint64_t mis = 0, in_ctrl = 0;
+        for (int64_t j = 0; j < K; j++)
+            if (ra[j] != rb[j]) mis++, in_ctrl += ka && ka[row * K + j] != kb[row * K + j];
+        if (!mis || in_ctrl == mis) continue;
         const double thr = td_cmp_qsa_tie_thr(xa + row * X, xb + row * X, ca ? ca + row * X : NULL,
                                               ca ? cb + row * X : NULL, X, sb->dtype);
-        if (td_cmp_topk_row_explained(ra, rb, K, xa + row * X, X, thr)) {
+        if (td_cmp_topk_row_explained(ra, rb, K, xa + row * X, xb + row * X, X, thr)) {
             row_ok[row] = 1;
             t->n_int_router_tie += mis;
         }
     }
-    free(xa), free(xb), free(ca), free(cb);
+    free(xa), free(xb), free(ca), free(cb), free(ka), free(kb);
     return st;
 }
 

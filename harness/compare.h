@@ -387,14 +387,19 @@ int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t
 
 /* MoE router selections (blk.L.moe_topk, rank order): whether the two
  * arms' picks of one token differ only by near ties. sel_a, sel_b (K):
- * expert ids in rank order; score (X): A's scores of the token (moe_probs);
- * thr: the tie tolerance (td_cmp_qsa_tie_thr over the X scores). Explained
- * (1) when B's picks are K distinct ids in 0..X-1 and, at every rank where
- * the two differ, A's scores of the two experts are within thr: the arm's
- * scores, honest within thr, could order them so (the order inside the
- * selection as the selection at its cut). Identical rows: 1. */
-int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score, int64_t X,
-                              double thr);
+ * expert ids in rank order; score, score_b (X): A's and B's scores of the
+ * token (moe_probs); thr: the tie tolerance (td_cmp_qsa_tie_thr over the X
+ * scores). Explained (1) when B's picks are K distinct ids in 0..X-1 and, at
+ * every rank where the two differ, A's scores of the two experts are within
+ * thr (the arm's scores, honest within thr, could order them so: the order
+ * inside the selection as the selection at its cut) and B's own scores put
+ * its pick strictly above A's, unless B picked A's expert at an earlier rank
+ * (B picked what its scores say; an exact tie in B is the tie-break
+ * convention's, which only the control can vouch for). compare leaves a row
+ * whose every mismatch the control shows too to the control. Identical
+ * rows: 1. */
+int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score,
+                              const double *score_b, int64_t X, double thr);
 
 /* The tie tolerance of one token's QSA selection, the MoE near-tie rule
  * (harness/audit.h): max(4 x the control pair's largest deviation over the

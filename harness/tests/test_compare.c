@@ -1027,12 +1027,19 @@ Test(compare, router_rows_differing_only_by_near_ties_are_explained) {
     const double thr = td_cmp_qsa_tie_thr(moe_a, moe_b, moe_a, moe_c, 8, TD_DT_F32);
     cr_assert_float_eq(thr, 4 * (moe_c[7] - moe_a[7]), 1e-12, "thr %.9g", thr);
     const int64_t a[2] = {5, 7}, swapped[2] = {7, 5}, far[2] = {5, 6}, dup[2] = {7, 7}, out[2] = {8, 5};
-    cr_assert(td_cmp_topk_row_explained(a, a, 2, moe_a, 8, 0.0));
-    cr_assert(td_cmp_topk_row_explained(a, swapped, 2, moe_a, 8, thr), "margin 0.0293 within %.4g", thr);
-    cr_assert(!td_cmp_topk_row_explained(a, swapped, 2, moe_a, 8, 0.029), "a tolerance under the margin");
-    cr_assert(!td_cmp_topk_row_explained(a, far, 2, moe_a, 8, thr), "expert 6 (0.090) for 7 (0.398)");
-    cr_assert(!td_cmp_topk_row_explained(a, dup, 2, moe_a, 8, 1.0), "an expert picked twice");
-    cr_assert(!td_cmp_topk_row_explained(a, out, 2, moe_a, 8, 1.0), "no expert 8 of 8");
+    cr_assert(td_cmp_topk_row_explained(a, a, 2, moe_a, moe_b, 8, 0.0));
+    cr_assert(td_cmp_topk_row_explained(a, swapped, 2, moe_a, moe_b, 8, thr), "margin 0.0293 within %.4g", thr);
+    cr_assert(!td_cmp_topk_row_explained(a, swapped, 2, moe_a, moe_b, 8, 0.029), "a tolerance under the margin");
+    cr_assert(!td_cmp_topk_row_explained(a, far, 2, moe_a, moe_b, 8, thr), "expert 6 (0.090) for 7 (0.398)");
+    cr_assert(!td_cmp_topk_row_explained(a, dup, 2, moe_a, moe_b, 8, 1.0), "an expert picked twice");
+    cr_assert(!td_cmp_topk_row_explained(a, out, 2, moe_a, moe_b, 8, 1.0), "no expert 8 of 8");
+    // B's own scores must rank its pick first: a swap against them, or an
+    // exact tie in B decided by another tie-break, is not a near tie
+    cr_assert(!td_cmp_topk_row_explained(a, swapped, 2, moe_a, moe_a, 8, thr), "B's scores rank 5 above 7");
+    double tied[8];
+    memcpy(tied, moe_b, sizeof tied);
+    tied[5] = tied[7];
+    cr_assert(!td_cmp_topk_row_explained(a, swapped, 2, moe_a, tied, 8, 1.0), "an exact tie in B");
 }
 
 /* One decode step of a router: probabilities (8) and the top-2 picks. */
@@ -1077,6 +1084,27 @@ Test(compare, router_rank_swap_within_the_control_noise_is_conformant_and_a_far_
     cr_assert_eq(r->verdict, TD_DIVERGENT, "the swap is a tie only within the control's noise");
     t = find(r, 0, "blk.1.moe_topk"); // (the probabilities fail first against this control)
     cr_assert_eq(t->fail, TD_CMPF_INTEGER);
+    cr_assert_eq(t->n_int_router_tie, 0);
+    td_cmp_result_free(r);
+    // a wrong tie-break: B's probabilities of 5 and 7 exactly equal, its pick
+    // the other way round from A's convention: divergent at the selection
+    double tied[8];
+    memcpy(tied, moe_b, sizeof tied);
+    tied[5] = tied[7];
+    write_router(P("rt.h5"), TD_DT_F32, tied, swapped, "cand");
+    o.control = P("rc.h5");
+    r = cmp(P("ra.h5"), P("rt.h5"), &o);
+    cr_assert_eq(r->verdict, TD_DIVERGENT, "%s", r->reason);
+    cr_assert_str_eq(td_cmp_tap_at(r, r->first)->name, "blk.1.moe_topk");
+    cr_assert_eq(td_cmp_tap_at(r, r->first)->n_int_router_tie, 0);
+    td_cmp_result_free(r);
+    // a swap the control shows too is the control's explanation, not a near tie
+    write_router(P("rs.h5"), TD_DT_F32, moe_c, swapped, "ref32");
+    o.control = P("rs.h5");
+    r = cmp(P("ra.h5"), P("rb.h5"), &o);
+    cr_assert_eq(r->verdict, TD_OK, "%s", r->reason);
+    t = find(r, 0, "blk.1.moe_topk");
+    cr_assert_eq(t->n_int_in_ctrl, 2);
     cr_assert_eq(t->n_int_router_tie, 0);
     td_cmp_result_free(r);
 }
