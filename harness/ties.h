@@ -48,8 +48,8 @@
  * rounding of a value judged conformant at its own tap, before the first
  * divergence; an arm value that rounds to neither neighbour pins nothing;
  * and the control takes the same side, so budgets after the tie stay what
- * they were. The attention's probabilities are not tapped: their ties are
- * left to the search. */
+ * they were. The attention's probabilities are not tapped, nor is fa-cpu's
+ * f16 output accumulator: their ties are left to the search. */
 #ifndef TD_TIES_H
 #define TD_TIES_H
 

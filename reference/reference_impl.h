@@ -440,30 +440,43 @@ static real fa_cpu_dot(const real *q, const real *k, int64_t D) {
  * v*p) with p = e^(s-M) (1 for the new max), the product and sum one fused
  * f32 step in the AVX2 build, and the f32 sum S = S*ms + p; at the end O in
  * f32 times 1/S. Unlike ggml-vulkan's shader the probabilities stay f32.
- * ok: n_kv flags of scratch. */
+ * ok: n_kv flags of scratch. In a ties session (tie_call >= 0) the
+ * accumulator's roundings are searched ties (profile.h): an arm's f32 O*ms
+ * or fused O + v*p lies a few f32 ulps from the f64 value and can round to
+ * the other f16 neighbour. Element (i, n, kind, d) of the call is
+ * i << 32 | ((2n + kind) * D + d), n the visible cell's index, kind 1 for
+ * the rescale. The p = 1 updates stay plain: O + v of two f16 values is
+ * exact on both sides, so a midpoint there is no tie, and at distance 0 it
+ * would take the search's first slots. */
 static void fa_cpu_range(real *out, const real *q, const real *k, const real *v, const int64_t *pos, real *O,
                          char *ok, int64_t H, int64_t Hkv, int64_t D, int64_t n_kv, real scale, int64_t i0,
-                         int64_t i1, const int32_t *sel, int64_t sel_w) {
+                         int64_t i1, const int32_t *sel, int64_t sel_w, int64_t tie_call) {
     for (int64_t i = i0; i < i1; i++) {
         const int64_t t = i / H, h = i % H, kh = td_ref_gqa_kv_head(h, H, Hkv);
         const real *qh = q + (t * H + h) * D;
         fa_visible(ok, n_kv, pos[t], sel ? sel + t * sel_w : NULL, sel_w);
         real M = -(real)INFINITY, S = 0;
         for (int64_t d = 0; d < D; d++) O[d] = 0;
-        for (int64_t s = 0; s < n_kv; s++) {
+        for (int64_t s = 0, n = 0; s < n_kv; s++) {
             if (!ok[s]) continue;
             const real sc = fa_cpu_dot(qh, k + (s * Hkv + kh) * D, D) * scale;
+            const int64_t e0 = i * ((int64_t)1 << 32) + 2 * n * D;
             real ms = 1, p = 1;
             if (sc > M) {
                 ms = R_EXP(M - sc);
                 M = sc;
-                for (int64_t d = 0; d < D; d++) O[d] = (real)f16r((double)O[d] * (double)ms);
+                for (int64_t d = 0; d < D; d++) O[d] = TIE_F16(tie_call, e0 + D + d, (real)((double)O[d] * (double)ms));
             } else {
                 p = R_EXP(sc - M);
             }
             const real *vs = v + (s * Hkv + kh) * D;
-            for (int64_t d = 0; d < D; d++) O[d] = (real)f16r((double)O[d] + (double)vs[d] * (double)p);
+            if (p == 1)
+                for (int64_t d = 0; d < D; d++) O[d] = (real)f16r((double)O[d] + (double)vs[d]);
+            else
+                for (int64_t d = 0; d < D; d++)
+                    O[d] = TIE_F16(tie_call, e0 + d, (real)((double)O[d] + (double)vs[d] * (double)p));
             S = S * ms + p;
+            n++;
         }
         const real inv = S == 0 ? 0 : 1 / S;
         real *oh = out + (t * H + h) * D;
@@ -914,7 +927,7 @@ typedef struct fa_cpu_job {
     int64_t T, H, Hkv, D, n_kv;
     real scale;
     const int32_t *sel;
-    int64_t sel_w;
+    int64_t sel_w, tie_call;
 } fa_cpu_job;
 
 static void fa_cpu_worker(void *ctx, int w, int nw) {
@@ -923,7 +936,7 @@ static void fa_cpu_worker(void *ctx, int w, int nw) {
     real *O = td_xmalloc((size_t)j->D * sizeof(real));
     char *ok = td_xmalloc((size_t)j->n_kv);
     fa_cpu_range(j->out, j->q, j->k, j->v, j->pos, O, ok, j->H, j->Hkv, j->D, j->n_kv, j->scale, n * w / nw,
-                 n * (w + 1) / nw, j->sel, j->sel_w);
+                 n * (w + 1) / nw, j->sel, j->sel_w, j->tie_call);
     free(O), free(ok);
 }
 
@@ -1143,7 +1156,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
         fa_cpu_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .T = T, .H = H, .Hkv = Hkv,
                         .D = D, .n_kv = pos0 + T, .scale = (real)(1.0f / sqrtf((float)D)), .sel = sel,
-                        .sel_w = sel_w};
+                        .sel_w = sel_w, .tie_call = td_act_ties_reserve()};
         td_ref_pool_run(r->pool, fa_cpu_worker, &j);
     } else if (fc == TD_FA_CPU_TILED) {
         // ggml-cpu's tiled kernel: f32 throughout on the f16 cache (fa-f16)

@@ -1055,6 +1055,104 @@ Test(reference, f16_tie_sources_name_the_tapped_values, .init = make_tmpdir, .fi
     for (int k = 0; k < 8; k++) cr_assert_gt(seen[k], 0, "no near tie read from %s", kinds[k]);
 }
 
+/* ggml-cpu's flash attention (fa-f16+fa-cpu) rounds its output accumulator
+ * to f16 at every rescale and update, each an arm's f32 value a few f32
+ * ulps from the oracle's: those roundings are near ties of their own call
+ * (no source tap, named after attn_ctx), element (token*H + head) << 32 |
+ * (2n + kind)*D + d. The p = 1 updates (O + v of two f16 values, exact on
+ * both sides) are not: their midpoints are exact, and no entry may be.
+ * Pinning one entry moves that head's dimension d of attn_ctx at its step
+ * and nothing else of the tap (the dimensions of O never mix). */
+static void fa_cpu_ties_run(const char *model, const char *taps, const td_act_tie *pin, td_act_tie **log, int *n) {
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = 3 + 7 * i;
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = model;
+    c.backend = "ref";
+    c.profile = "fa-f16+fa-cpu";
+    c.prompt = prompt;
+    c.n_prompt = 16;
+    c.n_steps = 2;
+    c.tap_path = taps;
+    td_run_result r;
+    td_err err = {{0}};
+    td_act_ties_begin(pin, pin ? 1 : 0, 1.0 / 1024);
+    int rc = td_run(&c, &r, &err);
+    td_act_ties_end(log, n);
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    td_run_result_free(&r);
+}
+
+static double *read_tap(const char *taps, int64_t step, const char *name, uint64_t *count) {
+    td_err err = {{0}};
+    td_tapfile *f = NULL;
+    cr_assert_eq(td_tapfile_open(&f, taps, &err), TD_OK, "%s", err.msg);
+    td_tap_info ti;
+    cr_assert_eq(td_tapfile_tap(f, step, name, &ti, &err), TD_OK, "%s: %s", name, err.msg);
+    double *d = malloc(ti.count * sizeof *d);
+    cr_assert_eq(td_tapfile_read_f64(f, step, name, d, ti.count, &err), TD_OK, "%s", err.msg);
+    td_tapfile_close(f);
+    *count = ti.count;
+    return d;
+}
+
+Test(reference, fa_cpu_accumulator_roundings_are_ties, .init = make_tmpdir, .fini = remove_tmpdir) {
+    char path[512], taps[600], pinned[600];
+    td_err err = {{0}};
+    cr_assert_eq(td_fixture_write("llama-f32", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
+    snprintf(taps, sizeof taps, "%s/ref.h5", tmpdir);
+    snprintf(pinned, sizeof pinned, "%s/pinned.h5", tmpdir);
+    td_act_tie *log = NULL;
+    int n = 0;
+    fa_cpu_ties_run(path, taps, NULL, &log, &n);
+    const int64_t D = 32, H = 4; // the fixture's head size and heads
+    int n_acc = 0, kinds[2] = {0};
+    for (int i = 0; i < n; i++) {
+        const td_act_tie *t = &log[i];
+        const size_t lt = strlen(t->tap);
+        if (!t->f16 || t->src[0] || lt < 8 || strcmp(t->tap + lt - 8, "attn_ctx")) continue;
+        const double frac = t->v - floor(t->v);
+        cr_assert(fabs(frac - 0.5) < TD_ACT_TIES_F16_TAU, "entry %d (%s): %.9g ulps", i, t->tap, t->v);
+        cr_assert_neq(frac, 0.5, "entry %d (%s, step %lld, element %#llx): an exact midpoint (a p = 1 update)", i,
+                      t->tap, (long long)t->step, (unsigned long long)t->elem);
+        kinds[((t->elem & 0xffffffff) / D) & 1]++;
+        n_acc++;
+    }
+    cr_log_info("%d accumulator ties (%d updates, %d rescales) of %d logged", n_acc, kinds[0], kinds[1], n);
+    cr_assert_gt(n_acc, 0, "no accumulator rounding of fa-cpu logged as a tie");
+    // a flipped ulp can be absorbed by a later rounding (O*ms, or O + v for
+    // a larger v): the first entries are tried until one shows
+    int tried = 0, moved = 0;
+    for (int i = 0; i < n && tried < 8 && !moved; i++) {
+        const td_act_tie pin = log[i];
+        const size_t lt = strlen(pin.tap);
+        if (!pin.f16 || pin.src[0] || lt < 8 || strcmp(pin.tap + lt - 8, "attn_ctx")) continue;
+        tried++;
+        td_act_tie *log2 = NULL;
+        int n2 = 0;
+        fa_cpu_ties_run(path, pinned, &pin, &log2, &n2);
+        free(log2);
+        uint64_t na = 0, nb = 0;
+        double *a = read_tap(taps, pin.step, pin.tap, &na), *b = read_tap(pinned, pin.step, pin.tap, &nb);
+        cr_assert_eq(na, nb);
+        cr_assert_eq(na % (uint64_t)(H * D), 0);
+        const uint64_t want = (uint64_t)((pin.elem >> 32) * D + (pin.elem & 0xffffffff) % D);
+        for (uint64_t e = 0; e < na; e++) {
+            if (a[e] == b[e]) continue;
+            cr_assert_eq(e, want, "pinning %s step %lld element %#llx moved element %llu (%.9g -> %.9g), not %llu",
+                         pin.tap, (long long)pin.step, (unsigned long long)pin.elem, (unsigned long long)e, a[e],
+                         b[e], (unsigned long long)want);
+            moved++;
+        }
+        cr_log_info("pinned %s step %lld element %#llx: %d moved", pin.tap, (long long)pin.step,
+                    (unsigned long long)pin.elem, moved);
+        free(a), free(b);
+    }
+    cr_assert_eq(moved, 1, "pinning %d accumulator ties moved no attn_ctx element", tried);
+    free(log);
+}
+
 /* The same for flash attention (fa-f16+fa-acc-f16): its f16 K and V cache
  * stores read attn_k_rope and attn_v, and its f16(Q*scale) reads attn_q_rope
  * times the scale (src_scale, llama.cpp's f32 1/sqrt(D)); those roundings
