@@ -71,7 +71,7 @@ typedef struct ties_state {
     int n_flips;
     td_act_tie *log;
     int n_log, cap_log;
-    const char *site;
+    char site[48];          /* td_act_ties_site: the weight (or attention part) rows feed next */
     int n_named; /* log entries already named after the tap that followed them */
     char src[40];           /* td_act_ties_source: the tap the call src_call reads */
     int64_t src_off, src_call;
@@ -173,7 +173,11 @@ void td_act_ties_end(td_act_tie **log, int *n) {
 }
 
 void td_act_ties_site(const char *weight) {
-    if (g_ties.on) g_ties.site = weight;
+    if (g_ties.on) snprintf(g_ties.site, sizeof g_ties.site, "%s", weight ? weight : "");
+}
+
+void td_act_ties_site_of(int layer, const char *name) {
+    if (g_ties.on) tap_full_name(g_ties.site, sizeof g_ties.site, layer, name);
 }
 
 void td_act_ties_tap(int layer, const char *name) {
@@ -210,7 +214,7 @@ static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, dou
         g_ties.log = td_xrealloc(g_ties.log, (size_t)g_ties.cap_log * sizeof *g_ties.log);
     }
     g_ties.log[g_ties.n_log] = me;
-    snprintf(g_ties.log[g_ties.n_log++].site, sizeof me.site, "%s", g_ties.site ? g_ties.site : "");
+    memcpy(g_ties.log[g_ties.n_log++].site, g_ties.site, sizeof me.site);
     pthread_mutex_unlock(&g_ties_lock);
     return pinned;
 }

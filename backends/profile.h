@@ -306,9 +306,15 @@ void td_act_ties_forward(void);
 /* Closes the session; *log (free() it) and *n receive the near-ties met in
  * order, or log NULL to drop them. */
 void td_act_ties_end(td_act_tie **log, int *n);
-/* Names the weight the rows rounded next are multiplied with (borrowed
- * until the next call; no-op outside a session): a log entry's site. */
+/* Names the weight the rows rounded next are multiplied with (copied; no-op
+ * outside a session): a log entry's site. td_act_ties_site_of names a part
+ * of a layer that is no weight (layer >= 0: blk.<layer>.<name>): attention's
+ * f16 operands ("attn_f16"), its probabilities ("attn_probs", element
+ * pair << 32 | position), flash attention's output accumulator ("attn_acc",
+ * element pair << 32 | (2 cell + rescale) * head_dim + dim), the QSA
+ * indexer's f16 operands ("qsa_scores"). */
 void td_act_ties_site(const char *weight);
+void td_act_ties_site_of(int layer, const char *name);
 
 /* The forward emitted tap `name` (layer >= 0: blk.<layer>.<name>): the
  * near-ties logged since the previous tap are named after it (no-op outside

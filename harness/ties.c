@@ -362,6 +362,12 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     return rc;
 }
 
+/* Whether a tie's site is part `part` of some layer's attention ("blk.L.part"). */
+static int site_is(const char *site, const char *part) {
+    const char *dot = strrchr(site, '.');
+    return dot && !strcmp(dot + 1, part);
+}
+
 void td_ties_describe(const td_ties_report *rep, char *buf, size_t n) {
     size_t w = 0;
     if (n) buf[0] = '\0';
@@ -377,8 +383,12 @@ void td_ties_describe(const td_ties_report *rep, char *buf, size_t n) {
             continue;
         }
         const td_act_tie *t = &rep->flips[i];
-        // the attention's probabilities are named (query-head pair << 32) + cache position
-        int k = t->f16 && t->elem >> 32
+        // attention's probabilities are named (query-head pair << 32) + cache position, flash
+        // attention's accumulator (pair << 32) + its slot (profile.h: td_act_ties_site_of)
+        int k = t->f16 && site_is(t->site, "attn_acc")
+                    ? snprintf(buf + w, n - w, "%sstep %lld: f16 flash-attention accumulator %.9g ulps above the lower f16 (token-head pair %lld, slot %lld = (2 cell + rescale) * head_dim + dim, before %s) in call(s)",
+                               w ? "; " : "", (long long)t->step, t->v, (long long)(t->elem >> 32), (long long)(t->elem & 0xffffffff), t->tap)
+              : t->f16 && (t->elem >> 32 || site_is(t->site, "attn_probs"))
                     ? snprintf(buf + w, n - w, "%sstep %lld: f16 probability %.9g ulps above the lower f16 (token-head pair %lld, position %lld, before %s) in call(s)",
                                w ? "; " : "", (long long)t->step, t->v, (long long)(t->elem >> 32), (long long)(t->elem & 0xffffffff), t->tap)
               : t->f16 ? snprintf(buf + w, n - w, "%sstep %lld: f16 operand %.9g ulps above the lower f16 (element %lld, before %s) in call(s)",
@@ -460,13 +470,24 @@ int td_ties_note(const td_tapfile *f, int64_t step, int32_t layer, char *buf, si
     }
     free(s);
     if (!found) return 0;
-    char what[96];
-    if (best.elem >= 0)
+    char what[112];
+    // the record keeps no f16 flag: the attention parts are known by their site (profile.h)
+    if (site_is(best.site, "attn_acc"))
+        snprintf(what, sizeof what, "f16 accumulator %.9g ulps up (token-head pair %lld, slot %lld)", best.v,
+                 (long long)(best.elem >> 32), (long long)(best.elem & 0xffffffff));
+    else if (site_is(best.site, "attn_probs"))
+        snprintf(what, sizeof what, "f16 probability %.9g ulps up (token-head pair %lld, position %lld)", best.v,
+                 (long long)(best.elem >> 32), (long long)(best.elem & 0xffffffff));
+    else if (site_is(best.site, "attn_f16") || site_is(best.site, "qsa_scores"))
+        snprintf(what, sizeof what, "f16 operand %.9g ulps up (element %lld)", best.v, (long long)best.elem);
+    else if (best.elem >= 0)
         snprintf(what, sizeof what, "code x/d = %.9g (element %lld)", best.v, (long long)best.elem);
     else
         snprintf(what, sizeof what, "f16 block scale %.9g ulps up (block %lld)", best.v, (long long)(-1 - best.elem));
-    snprintf(buf, n, "divergence on a recorded near rounding tie: %d at its step and block; nearest %s, input of %s; "
+    const int weight = best.site[0] && !site_is(best.site, "attn_acc") && !site_is(best.site, "attn_probs") &&
+                       !site_is(best.site, "attn_f16") && !site_is(best.site, "qsa_scores");
+    snprintf(buf, n, "divergence on a recorded near rounding tie: %d at its step and block; nearest %s, %s %s; "
              "either side is honest (bisect --a-profile lets the oracle take the arm's)", count, what,
-             best.site[0] ? best.site : "a matmul");
+             weight || !best.site[0] ? "input of" : "in", best.site[0] ? best.site : "a matmul");
     return 1;
 }

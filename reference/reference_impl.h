@@ -961,7 +961,10 @@ static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_e
     memcpy(kc + pos0 * di, a->ik, (size_t)(T * di) * sizeof(real));
     // profile rounding point: the indexer cache has the K cache's type (§5);
     // flash attention's f16 cast of K/V (fa-f16) does not reach it
-    if (td_profile_idx_store_f16(&r->profile)) ACT_ROUND(kc + pos0 * di, kc + pos0 * di, T * di, TD_ACT_F16);
+    if (td_profile_idx_store_f16(&r->profile)) {
+        td_act_ties_site_of(l, "qsa_scores");
+        ACT_ROUND(kc + pos0 * di, kc + pos0 * di, T * di, TD_ACT_F16);
+    }
 
     if ((rc = matmul(r, a->iq, a->xn, Q->wq, NULL, 0, T, E, Hi * di, err))) return rc;
     if ((rc = rmsnorm_rows(r, a->iq, a->iq, Q->q_norm, T * Hi, di, err))) return rc;
@@ -1006,7 +1009,7 @@ static int qsa_indexer(ref_backend *r, int l, int64_t T, td_tap_sink *sink, td_e
             r->cap_qin = T * Hi * di;
             r->qin = td_xmalloc((size_t)r->cap_qin * sizeof(real));
         }
-        td_act_ties_site("qsa_scores");
+        td_act_ties_site_of(l, "qsa_scores");
         for (int64_t t = 0; t < T; t++) {
             td_act_ties_source_of(a->iq, t * Hi * di);
             ACT_ROUND(r->qin + t * Hi * di, a->iq + t * Hi * di, Hi * di, TD_ACT_F16);
@@ -1116,6 +1119,8 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
     real *kc = r->k_cache[l], *vc = r->v_cache[l];
     memcpy(kc + pos0 * Hkv * D, a->k, (size_t)(T * Hkv * D) * sizeof(real));
     memcpy(vc + pos0 * Hkv * D, a->v, (size_t)(T * Hkv * D) * sizeof(real));
+    // a near tie's log entry names the attention part it met (profile.h), not the matmul before
+    td_act_ties_site_of(l, "attn_f16");
     if (td_profile_kv_store_f16(&r->profile)) { // profile rounding point: an f16 cache
         // the arm's side of each rounding shows in its K and V taps of this step (ties.h)
         td_act_ties_source_of(a->k, 0);
@@ -1133,6 +1138,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         sel = a->sel_set;
         sel_w = (int64_t)r->hp.idx_topk + r->hp.qsa_ratio[l] - 1;
     }
+    td_act_ties_site_of(l, "attn_f16"); // the indexer named its own
     td_fa_geom fg;
     const int fa = !td_profile_fa_geom(&r->profile, D, H, Hkv, T, pos0 + T, r->n_ctx, &fg);
     // fa-cpu takes the shapes a Vulkan device leaves to ggml-cpu
@@ -1154,6 +1160,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         td_act_ties_source_of(a->q, 0);
         td_act_ties_source_near(rope_near(r, pos0 + T - 1));
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        td_act_ties_site_of(l, "attn_acc");
         fa_cpu_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .T = T, .H = H, .Hkv = Hkv,
                         .D = D, .n_kv = pos0 + T, .scale = (real)(1.0f / sqrtf((float)D)), .sel = sel,
                         .sel_w = sel_w, .tie_call = td_act_ties_reserve()};
@@ -1174,6 +1181,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         td_act_ties_source_scale(scale);
         td_act_ties_source_near(rope_near(r, pos0 + T - 1));
         ACT_ROUND(a->q, a->q, T * H * D, TD_ACT_F16);
+        td_act_ties_site_of(l, "attn_probs");
         fa_job j = {.out = a->ctx, .q = a->q, .k = kc, .v = vc, .pos = a->pos, .g = fg, .T = T, .H = H, .Hkv = Hkv,
                     .D = D, .n_kv = pos0 + T, .sel = sel, .sel_w = sel_w, .tie_call = td_act_ties_reserve()};
         td_ref_pool_run(r->pool, fa_worker, &j);
@@ -1191,6 +1199,7 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         ACT_ROUND(r->k16, kc, n_kv * Hkv * D, TD_ACT_F16);
         td_act_ties_source(l, "attn_v", -pos0 * Hkv * D);
         ACT_ROUND(r->v16, vc, n_kv * Hkv * D, TD_ACT_F16);
+        td_act_ties_site_of(l, "attn_probs");
         att_job j = {.r = r, .out = a->ctx, .q = a->q, .k = r->k16, .v = r->v16, .T = T, .H = H, .Hkv = Hkv,
                      .D = D, .probs16 = 1, .sel = sel, .sel_w = sel_w,
                      .tie_call = td_act_ties_reserve()};

@@ -3,6 +3,7 @@
  * rounded again for each matmul it feeds gives copies of it, pinned one by
  * one but counted once, so copies do not use the cap up. */
 #include <criterion/criterion.h>
+#include <stdio.h>
 #include <string.h>
 
 #include "ties.h"
@@ -52,4 +53,27 @@ Test(ties, the_cap_counts_values_not_copies) {
     cr_expect_eq(td_ties_add(&rep, &copy, 0), 1, "a copy of a kept value was refused");
     cr_expect_eq(rep.n_values, TD_TIES_MAX);
     cr_expect_eq(rep.n_flips, 3 * TD_TIES_MAX + 1);
+}
+
+/* A searched tie is described by what it rounded: flash attention's output
+ * accumulator (site blk.L.attn_acc, element pair << 32 | slot), attention's
+ * probabilities (blk.L.attn_probs, pair << 32 | position; pair 0 too, whose
+ * element alone looks like an operand's), attention's f16 operands. */
+Test(ties, attention_parts_are_described_by_their_site) {
+    memset(&rep, 0, sizeof rep);
+    td_act_tie t[3] = {tie(2, 0, (5LL << 32) | 70, 3.5 - 1e-6), tie(1, 1, 3, 0.5 + 1e-6), tie(1, 2, 9, 7.5)};
+    snprintf(t[0].site, sizeof t[0].site, "blk.1.attn_acc");
+    snprintf(t[1].site, sizeof t[1].site, "blk.0.attn_probs");
+    snprintf(t[2].site, sizeof t[2].site, "blk.0.attn_f16");
+    for (int i = 0; i < 3; i++) {
+        snprintf(t[i].tap, sizeof t[i].tap, "blk.%d.attn_ctx", i ? 0 : 1);
+        cr_assert_eq(td_ties_add(&rep, &t[i], 0), 1);
+    }
+    char d[1024];
+    td_ties_describe(&rep, d, sizeof d);
+    cr_log_info("%s", d);
+    cr_expect(strstr(d, "step 2: f16 flash-attention accumulator 3.499999") && strstr(d, "pair 5, slot 70"), "%s", d);
+    cr_expect(strstr(d, "step 1: f16 probability 0.500001") && strstr(d, "pair 0, position 3"), "%s", d);
+    cr_expect(strstr(d, "step 1: f16 operand 7.5 ulps above the lower f16 (element 9"), "%s", d);
+    cr_expect_null(strstr(d, "probability 3.49"), "the accumulator read as a probability: %s", d);
 }

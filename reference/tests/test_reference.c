@@ -1111,7 +1111,14 @@ Test(reference, fa_cpu_accumulator_roundings_are_ties, .init = make_tmpdir, .fin
     for (int i = 0; i < n; i++) {
         const td_act_tie *t = &log[i];
         const size_t lt = strlen(t->tap);
-        if (!t->f16 || t->src[0] || lt < 8 || strcmp(t->tap + lt - 8, "attn_ctx")) continue;
+        const size_t ls = strlen(t->site);
+        const int acc_site = ls > 9 && !strcmp(t->site + ls - 9, ".attn_acc");
+        if (!t->f16 || t->src[0] || lt < 8 || strcmp(t->tap + lt - 8, "attn_ctx")) {
+            cr_assert(!acc_site, "entry %d (%s, source %s) named as the accumulator", i, t->tap, t->src);
+            continue;
+        }
+        // named after the attention's part, not the matmul before it (td_ties_describe reads it)
+        cr_assert(acc_site && !strncmp(t->site, t->tap, lt - 8), "entry %d of %s: site '%s'", i, t->tap, t->site);
         const double frac = t->v - floor(t->v);
         cr_assert(fabs(frac - 0.5) < TD_ACT_TIES_F16_TAU, "entry %d (%s): %.9g ulps", i, t->tap, t->v);
         cr_assert_neq(frac, 0.5, "entry %d (%s, step %lld, element %#llx): an exact midpoint (a p = 1 update)", i,
