@@ -1000,6 +1000,30 @@ Test(reference, threads_are_bitwise_identical_stories260K, .init = make_tmpdir, 
 /* ------------------------------------------------------------------------ */
 /* f16 tie sources (profile.h td_act_ties_source): what the arm's taps show   */
 
+/* A ties session over the reference's run of a 16-token prompt and one
+ * decode step under `profile`: the log, pinning `pin` when given. */
+static void ties_run(const char *model, const char *taps, const char *profile, const td_act_tie *pin,
+                     td_act_tie **log, int *n) {
+    int32_t prompt[16];
+    for (int i = 0; i < 16; i++) prompt[i] = 3 + 7 * i;
+    td_run_config c;
+    td_run_config_init(&c);
+    c.model_path = model;
+    c.backend = "ref";
+    c.profile = profile;
+    c.prompt = prompt;
+    c.n_prompt = 16;
+    c.n_steps = 2;
+    c.tap_path = taps;
+    td_run_result r;
+    td_err err = {{0}};
+    td_act_ties_begin(pin, pin ? 1 : 0, 1.0 / 1024);
+    int rc = td_run(&c, &r, &err);
+    td_act_ties_end(log, n);
+    cr_assert_eq(rc, TD_OK, "%s", err.msg);
+    td_run_result_free(&r);
+}
+
 /* Every f16 near tie the reference logs with a source names a tap of its
  * step and an element of it that holds exactly the value it rounded, so a
  * reader of an arm's taps (harness/ties.h) sees the arm's side of that very
@@ -1010,25 +1034,9 @@ Test(reference, f16_tie_sources_name_the_tapped_values, .init = make_tmpdir, .fi
     td_err err = {{0}};
     cr_assert_eq(td_fixture_write("llama-f32", tmpdir, path, sizeof path, &err), TD_OK, "%s", err.msg);
     snprintf(taps, sizeof taps, "%s/ref.h5", tmpdir);
-    int32_t prompt[16];
-    for (int i = 0; i < 16; i++) prompt[i] = 3 + 7 * i;
-    td_run_config c;
-    td_run_config_init(&c);
-    c.model_path = path;
-    c.backend = "ref";
-    c.profile = "attn-f16+mm-f16@0";
-    c.prompt = prompt;
-    c.n_prompt = 16;
-    c.n_steps = 2;
-    c.tap_path = taps;
-    td_run_result r;
     td_act_tie *log = NULL;
     int n = 0;
-    td_act_ties_begin(NULL, 0, 1.0 / 1024);
-    int rc = td_run(&c, &r, &err);
-    td_act_ties_end(&log, &n);
-    cr_assert_eq(rc, TD_OK, "%s", err.msg);
-    td_run_result_free(&r);
+    ties_run(path, taps, "attn-f16+mm-f16@0", NULL, &log, &n);
     td_tapfile *f = NULL;
     cr_assert_eq(td_tapfile_open(&f, taps, &err), TD_OK, "%s", err.msg);
     const char *kinds[] = {"attn_norm", "attn_q_rope", "attn_k_rope", "attn_v", "attn_ctx", "ffn_norm", "ffn_act", "out.norm"};
@@ -1037,6 +1045,12 @@ Test(reference, f16_tie_sources_name_the_tapped_values, .init = make_tmpdir, .fi
         const td_act_tie *t = &log[i];
         if (!t->f16 || !t->src[0]) continue;
         n_src++;
+        // attention's operands name the attention part, a matmul's input its weight (the site)
+        const size_t ls = strlen(t->src), lsite = strlen(t->site);
+        const int att = (ls > 6 && !strcmp(t->src + ls - 6, "attn_v")) || strstr(t->src, "_rope");
+        const char *want = att ? ".attn_f16" : ".weight";
+        cr_assert(lsite > strlen(want) && !strcmp(t->site + lsite - strlen(want), want), "tie %d of %s: site '%s'", i,
+                  t->src, t->site);
         td_tap_info ti;
         cr_assert_eq(td_tapfile_tap(f, t->step, t->src, &ti, &err), TD_OK, "tie %d: %s", i, err.msg);
         cr_assert(t->src_elem >= 0 && (uint64_t)t->src_elem < ti.count, "tie %d: element %lld of %s (%llu)", i,
@@ -1055,35 +1069,6 @@ Test(reference, f16_tie_sources_name_the_tapped_values, .init = make_tmpdir, .fi
     for (int k = 0; k < 8; k++) cr_assert_gt(seen[k], 0, "no near tie read from %s", kinds[k]);
 }
 
-/* ggml-cpu's flash attention (fa-f16+fa-cpu) rounds its output accumulator
- * to f16 at every rescale and update, each an arm's f32 value a few f32
- * ulps from the oracle's: those roundings are near ties of their own call
- * (no source tap, named after attn_ctx), element (token*H + head) << 32 |
- * (2n + kind)*D + d. The p = 1 updates (O + v of two f16 values, exact on
- * both sides) are not: their midpoints are exact, and no entry may be.
- * Pinning one entry moves that head's dimension d of attn_ctx at its step
- * and nothing else of the tap (the dimensions of O never mix). */
-static void fa_cpu_ties_run(const char *model, const char *taps, const td_act_tie *pin, td_act_tie **log, int *n) {
-    int32_t prompt[16];
-    for (int i = 0; i < 16; i++) prompt[i] = 3 + 7 * i;
-    td_run_config c;
-    td_run_config_init(&c);
-    c.model_path = model;
-    c.backend = "ref";
-    c.profile = "fa-f16+fa-cpu";
-    c.prompt = prompt;
-    c.n_prompt = 16;
-    c.n_steps = 2;
-    c.tap_path = taps;
-    td_run_result r;
-    td_err err = {{0}};
-    td_act_ties_begin(pin, pin ? 1 : 0, 1.0 / 1024);
-    int rc = td_run(&c, &r, &err);
-    td_act_ties_end(log, n);
-    cr_assert_eq(rc, TD_OK, "%s", err.msg);
-    td_run_result_free(&r);
-}
-
 static double *read_tap(const char *taps, int64_t step, const char *name, uint64_t *count) {
     td_err err = {{0}};
     td_tapfile *f = NULL;
@@ -1097,6 +1082,15 @@ static double *read_tap(const char *taps, int64_t step, const char *name, uint64
     return d;
 }
 
+/* ggml-cpu's flash attention (fa-f16+fa-cpu) rounds its output accumulator
+ * to f16 at every rescale and update, each an arm's f32 value a few f32
+ * ulps from the oracle's: those roundings are near ties of their own call
+ * (no source tap, named after attn_ctx), element (token*H + head) << 32 |
+ * (2n + kind)*D + d. The p = 1 updates (O + v of two f16 values, exact on
+ * both sides) are not: their midpoints are exact, and no entry may be.
+ * Pinning one entry moves that head's dimension d of attn_ctx at its step
+ * and nothing else of the tap (the dimensions of O never mix). Each entry
+ * names the accumulator as its site (td_ties_describe words it by that). */
 Test(reference, fa_cpu_accumulator_roundings_are_ties, .init = make_tmpdir, .fini = remove_tmpdir) {
     char path[512], taps[600], pinned[600];
     td_err err = {{0}};
@@ -1105,7 +1099,7 @@ Test(reference, fa_cpu_accumulator_roundings_are_ties, .init = make_tmpdir, .fin
     snprintf(pinned, sizeof pinned, "%s/pinned.h5", tmpdir);
     td_act_tie *log = NULL;
     int n = 0;
-    fa_cpu_ties_run(path, taps, NULL, &log, &n);
+    ties_run(path, taps, "fa-f16+fa-cpu", NULL, &log, &n);
     const int64_t D = 32, H = 4; // the fixture's head size and heads
     int n_acc = 0, kinds[2] = {0};
     for (int i = 0; i < n; i++) {
@@ -1138,7 +1132,7 @@ Test(reference, fa_cpu_accumulator_roundings_are_ties, .init = make_tmpdir, .fin
         tried++;
         td_act_tie *log2 = NULL;
         int n2 = 0;
-        fa_cpu_ties_run(path, pinned, &pin, &log2, &n2);
+        ties_run(path, pinned, "fa-f16+fa-cpu", &pin, &log2, &n2);
         free(log2);
         uint64_t na = 0, nb = 0;
         double *a = read_tap(taps, pin.step, pin.tap, &na), *b = read_tap(pinned, pin.step, pin.tap, &nb);
