@@ -739,20 +739,38 @@ static int qsa_sel_ties(ctx *c, int64_t step, const td_tap_info *b, const int64_
     return st;
 }
 
+/* An expert's rank in a selection of K: its index, K when not picked. */
+static int64_t topk_rank(const int64_t *sel, int64_t K, int64_t e) {
+    for (int64_t j = 0; j < K; j++)
+        if (sel[j] == e) return j;
+    return K;
+}
+
 int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score,
                               const double *score_b, int64_t X, double thr) {
     for (int64_t j = 0; j < K; j++) {
         if (sel_a[j] < 0 || sel_a[j] >= X || sel_b[j] < 0 || sel_b[j] >= X) return 0;
         for (int64_t i = 0; i < j; i++)
-            if (sel_b[i] == sel_b[j]) return 0;
-        if (sel_a[j] == sel_b[j]) continue;
-        if (!(fabs(score[sel_a[j]] - score[sel_b[j]]) <= thr)) return 0;
-        // B's pick must be what B's own scores rank above A's (unless B took
-        // A's earlier): an exact tie in B is decided by the tie-break
-        // convention, which only the control can vouch for
-        int earlier = 0;
-        for (int64_t i = 0; i < j; i++) earlier |= sel_b[i] == sel_a[j];
-        if (!earlier && !(score_b[sel_b[j]] > score_b[sel_a[j]])) return 0;
+            if (sel_a[i] == sel_a[j] || sel_b[i] == sel_b[j]) return 0;
+    }
+    // every pair of experts the two order differently (a pick against a
+    // drop, or two picks at swapped ranks), not rank by rank: a row that
+    // differs at one rank by a near tie can hide a far one at another
+    for (int64_t s = 0; s < 2 * K; s++) {
+        const int64_t u = s < K ? sel_a[s] : sel_b[s - K];
+        if (s >= K && topk_rank(sel_a, K, u) < K) continue; // listed once
+        for (int64_t q = 0; q < 2 * K; q++) {
+            const int64_t v = q < K ? sel_a[q] : sel_b[q - K];
+            if (q >= K && topk_rank(sel_a, K, v) < K) continue;
+            // A puts u above v, B v above u
+            if (!(topk_rank(sel_a, K, u) < topk_rank(sel_a, K, v) && topk_rank(sel_b, K, v) < topk_rank(sel_b, K, u)))
+                continue;
+            if (!(fabs(score[u] - score[v]) <= thr)) return 0;
+            // B's own scores must put its choice strictly first: an exact
+            // tie in B is the tie-break convention's, which only the
+            // control can vouch for
+            if (!(score_b[v] > score_b[u])) return 0;
+        }
     }
     return 1;
 }
@@ -1280,10 +1298,10 @@ static void judge(ctx *c, td_cmp_tap *t, const td_cmp_tap *in, double cached, do
             add_note(c->r, "step %lld %s: %llu mismatch(es) in rows whose experts differ only between near-tied "
                            "router probabilities (within 4x the control's deviation, per moe_probs): not divergent",
                      (long long)t->step, t->name, (unsigned long long)t->n_int_router_tie);
-        if (!bug && t->n_int_mismatch > t->n_int_router_tie)
+        if (!bug && t->n_int_in_ctrl)
             add_note(c->r, "step %lld %s: %llu integer mismatch(es) that the control arm shows too (the same "
                            "arithmetic decides them the same way): not divergent",
-                     (long long)t->step, t->name, (unsigned long long)t->n_int_mismatch);
+                     (long long)t->step, t->name, (unsigned long long)t->n_int_in_ctrl);
         return;
     }
     double fl = c->r->floor_override > 0 ? c->r->floor_override : td_cmp_floor(t->dtype_b);

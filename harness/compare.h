@@ -389,15 +389,16 @@ int td_cmp_qsa_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t
  * arms' picks of one token differ only by near ties. sel_a, sel_b (K):
  * expert ids in rank order; score, score_b (X): A's and B's scores of the
  * token (moe_probs); thr: the tie tolerance (td_cmp_qsa_tie_thr over the X
- * scores). Explained (1) when B's picks are K distinct ids in 0..X-1 and, at
- * every rank where the two differ, A's scores of the two experts are within
- * thr (the arm's scores, honest within thr, could order them so: the order
- * inside the selection as the selection at its cut) and B's own scores put
- * its pick strictly above A's, unless B picked A's expert at an earlier rank
- * (B picked what its scores say; an exact tie in B is the tie-break
- * convention's, which only the control can vouch for). compare leaves a row
- * whose every mismatch the control shows too to the control. Identical
- * rows: 1. */
+ * scores). Explained (1) when both are K distinct ids in 0..X-1 and every
+ * pair of experts the two order differently (A ranks u above v, B v above
+ * u, an expert not picked ranking below every pick: a pick traded for a
+ * drop, or two picks at swapped ranks) is a near tie of A's scores, within
+ * thr (the arm's scores, honest within thr, could order them so), that B's
+ * own scores order strictly B's way (B picked what its scores say; an exact
+ * tie in B is the tie-break convention's, which only the control can vouch
+ * for). Pairs, not ranks: trading 0.30 for 0.28 at one rank while another
+ * differs by a near tie is not explained. compare leaves a row whose every
+ * mismatch the control shows too to the control. Identical rows: 1. */
 int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_t K, const double *score,
                               const double *score_b, int64_t X, double thr);
 

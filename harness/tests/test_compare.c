@@ -1042,6 +1042,30 @@ Test(compare, router_rows_differing_only_by_near_ties_are_explained) {
     cr_assert(!td_cmp_topk_row_explained(a, swapped, 2, moe_a, tied, 8, 1.0), "an exact tie in B");
 }
 
+/* Pairs, not ranks: B = [1, 2] against A = [0, 1] matches A's rank 0 to
+ * B's rank 0 by a near tie (0.30 / 0.29) and B's rank 1 is A's rank 0, so a
+ * rank-by-rank check passes, yet B dropped expert 0 (0.30 in A, 0.29 in B)
+ * for expert 2 (0.28 in both): 0.02 apart in A, and B's own scores rank
+ * the drop above the pick. At K = 3 per-rank tolerances chain: A = [0, 1,
+ * 2], B = [1, 2, 3] trades 0.30 for 0.27, three tolerances of 0.015 apart. */
+Test(compare, router_near_tie_is_judged_per_pair_of_experts_not_per_rank) {
+    const double sa[5] = {0.30, 0.29, 0.28, 0.27, 0.01}, sb[5] = {0.29, 0.30, 0.28, 0.27, 0.01};
+    const int64_t a2[2] = {0, 1}, b2[2] = {1, 2}, sw2[2] = {1, 0};
+    cr_assert(!td_cmp_topk_row_explained(a2, b2, 2, sa, sb, 5, 0.015), "0.30 traded for 0.28 at a tolerance of 0.015");
+    cr_assert(td_cmp_topk_row_explained(a2, sw2, 2, sa, sb, 5, 0.015), "a swap at ranks 0/1 within the tolerance");
+    const double sb3[5] = {0.265, 0.30, 0.29, 0.28, 0.01};
+    const int64_t a3[3] = {0, 1, 2}, b3[3] = {1, 2, 3};
+    cr_assert(!td_cmp_topk_row_explained(a3, b3, 3, sa, sb3, 5, 0.015), "0.30 traded for 0.27 in three steps");
+    cr_assert(td_cmp_topk_row_explained(a3, b3, 3, sa, sb3, 5, 0.03), "0.30 for 0.27 within a tolerance of 0.03");
+    // a drop traded for a pick within the tolerance, B's scores agreeing
+    const int64_t b3n[3] = {0, 1, 3};
+    const double sb3n[5] = {0.30, 0.29, 0.27, 0.275, 0.01};
+    cr_assert(td_cmp_topk_row_explained(a3, b3n, 3, sa, sb3n, 5, 0.015));
+    cr_assert(!td_cmp_topk_row_explained(a3, b3n, 3, sa, sb, 5, 0.015), "B's own scores keep 2 above 3");
+    const int64_t adup[3] = {0, 0, 2};
+    cr_assert(!td_cmp_topk_row_explained(adup, b3n, 3, sa, sb3n, 5, 1.0), "an expert A picked twice");
+}
+
 /* One decode step of a router: probabilities (8) and the top-2 picks. */
 static void write_router(const char *path, td_dtype dt, const double *probs, const double *topk, const char *backend) {
     td_tap_sink *s = tg_open(path, backend, dt == TD_DT_F64 ? "f64" : "f32", "abc");
