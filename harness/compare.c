@@ -757,14 +757,14 @@ int td_cmp_topk_row_explained(const int64_t *sel_a, const int64_t *sel_b, int64_
     // drop, or two picks at swapped ranks), not rank by rank: a row that
     // differs at one rank by a near tie can hide a far one at another
     for (int64_t s = 0; s < 2 * K; s++) {
-        const int64_t u = s < K ? sel_a[s] : sel_b[s - K];
-        if (s >= K && topk_rank(sel_a, K, u) < K) continue; // listed once
+        const int64_t u = s < K ? sel_a[s] : sel_b[s - K], au = s < K ? s : topk_rank(sel_a, K, u);
+        if (s >= K && au < K) continue; // listed once
+        const int64_t bu = topk_rank(sel_b, K, u);
         for (int64_t q = 0; q < 2 * K; q++) {
-            const int64_t v = q < K ? sel_a[q] : sel_b[q - K];
-            if (q >= K && topk_rank(sel_a, K, v) < K) continue;
+            const int64_t v = q < K ? sel_a[q] : sel_b[q - K], av = q < K ? q : topk_rank(sel_a, K, v);
+            if (q >= K && av < K) continue;
             // A puts u above v, B v above u
-            if (!(topk_rank(sel_a, K, u) < topk_rank(sel_a, K, v) && topk_rank(sel_b, K, v) < topk_rank(sel_b, K, u)))
-                continue;
+            if (!(au < av && topk_rank(sel_b, K, v) < bu)) continue;
             if (!(fabs(score[u] - score[v]) <= thr)) return 0;
             // B's own scores must put its choice strictly first: an exact
             // tie in B is the tie-break convention's, which only the

@@ -368,6 +368,15 @@ static int site_is(const char *site, const char *part) {
     return dot && !strcmp(dot + 1, part);
 }
 
+/* Whether a tie's site names a part of a layer that is no weight
+ * (profile.h td_act_ties_site_of) rather than the weight its row fed. */
+static int site_is_part(const char *site) {
+    static const char *const parts[] = {"attn_acc", "attn_probs", "attn_f16", "qsa_scores"};
+    for (size_t i = 0; i < sizeof parts / sizeof *parts; i++)
+        if (site_is(site, parts[i])) return 1;
+    return 0;
+}
+
 void td_ties_describe(const td_ties_report *rep, char *buf, size_t n) {
     size_t w = 0;
     if (n) buf[0] = '\0';
@@ -478,16 +487,14 @@ int td_ties_note(const td_tapfile *f, int64_t step, int32_t layer, char *buf, si
     else if (site_is(best.site, "attn_probs"))
         snprintf(what, sizeof what, "f16 probability %.9g ulps up (token-head pair %lld, position %lld)", best.v,
                  (long long)(best.elem >> 32), (long long)(best.elem & 0xffffffff));
-    else if (site_is(best.site, "attn_f16") || site_is(best.site, "qsa_scores"))
+    else if (site_is_part(best.site))
         snprintf(what, sizeof what, "f16 operand %.9g ulps up (element %lld)", best.v, (long long)best.elem);
     else if (best.elem >= 0)
         snprintf(what, sizeof what, "code x/d = %.9g (element %lld)", best.v, (long long)best.elem);
     else
         snprintf(what, sizeof what, "f16 block scale %.9g ulps up (block %lld)", best.v, (long long)(-1 - best.elem));
-    const int weight = best.site[0] && !site_is(best.site, "attn_acc") && !site_is(best.site, "attn_probs") &&
-                       !site_is(best.site, "attn_f16") && !site_is(best.site, "qsa_scores");
     snprintf(buf, n, "divergence on a recorded near rounding tie: %d at its step and block; nearest %s, %s %s; "
              "either side is honest (bisect --a-profile lets the oracle take the arm's)", count, what,
-             weight || !best.site[0] ? "input of" : "in", best.site[0] ? best.site : "a matmul");
+             site_is_part(best.site) ? "in" : "input of", best.site[0] ? best.site : "a matmul");
     return 1;
 }

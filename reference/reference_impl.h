@@ -1137,8 +1137,8 @@ static int attention_block(ref_backend *r, int l, int64_t T, td_tap_sink *sink, 
         if ((rc = qsa_indexer(r, l, T, sink, err))) return rc;
         sel = a->sel_set;
         sel_w = (int64_t)r->hp.idx_topk + r->hp.qsa_ratio[l] - 1;
+        td_act_ties_site_of(l, "attn_f16"); // the indexer named its own
     }
-    td_act_ties_site_of(l, "attn_f16"); // the indexer named its own
     td_fa_geom fg;
     const int fa = !td_profile_fa_geom(&r->profile, D, H, Hkv, T, pos0 + T, r->n_ctx, &fg);
     // fa-cpu takes the shapes a Vulkan device leaves to ggml-cpu
