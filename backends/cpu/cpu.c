@@ -76,7 +76,7 @@ typedef struct cpu_q8 {
 
 /* The forms an input is prepared in under act-q8: one bit per activation
  * format the weights it feeds convert it to (profile.h td_act_format). */
-enum { FMT_Q8_0 = 1, FMT_Q8_K = 2, FMT_F16 = 4, FMT_BF16 = 8 };
+enum { FMT_Q8_0 = 1, FMT_Q8_K = 2, FMT_F16 = 4, FMT_BF16 = 8, FMT_X32 = 16 };
 
 /* One matmul input (rows, n) in every form the kernels read: f32 with its
  * sums per 32 values (native dots), and under act-q8 the roundings its
@@ -88,6 +88,10 @@ typedef struct cpu_in {
     float *xs;            // (rows, n/32)
     cpu_q8 q8[2];         // [TD_CPU_ACT_Q8_0], [TD_CPU_ACT_Q8_K]
     float *xh[2];         // (rows, n) x rounded to f16 [0] / bf16 [1]
+    // native, FMT_X32 (cpu_kernels.h td_cpu_x32): x as exact integers per 32
+    int8_t *x32q;         // (rows, 4n)
+    double *x32sc, *x32corr; // (rows, n/32)
+    uint8_t *x32ok;       // (rows) 0: the row holds a non-finite value (the f32 kernels take it)
 } cpu_in;
 
 /* Activations of one forward over T tokens; grown when a larger T comes. */
@@ -139,6 +143,10 @@ typedef struct mm_seg {
     int gemm;
     const uint8_t *packed; // act-q8 on packed weights: row0's group (rows in groups of TD_CPU_PACK_ROWS), or NULL
     size_t pack_group;     // bytes per packed group
+    int native_packed;     // packed, native: gemv_x32 per token on in's FMT_X32 form
+    const int8_t *x32q;    // token 0's (the segment's first row of in) FMT_X32 arrays
+    const double *x32sc, *x32corr;
+    const uint8_t *x32ok;
     int64_t chunk;         // output rows per task
     int64_t task0, n_tasks;
 } mm_seg;
@@ -283,6 +291,27 @@ static void mm_packed_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t 
                 s->T, s->y + r0, s->ldy, s->bias ? s->bias + r0 : NULL);
 }
 
+/* native rows r0 .. r0+nr of a packed segment, token by token: a token
+ * with a non-finite value takes the per-row f32 kernel (its NaN and
+ * infinities as every other path has them) */
+static void mm_native_packed_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr) {
+    const td_cpu_type_ops *op = &b->k.type[s->W->type];
+    const int64_t n = s->n_in, ns = n / 32;
+    for (int64_t t = 0; t < s->T; t++) {
+        float *y = s->y + t * s->ldy + r0;
+        if (s->x32ok[t]) {
+            const td_cpu_x32 xt = {s->x32q + t * 4 * n, s->x32sc + t * ns, s->x32corr + t * ns};
+            op->gemv_x32(s->packed + (size_t)(r0 / TD_CPU_PACK_ROWS) * s->pack_group, nr / TD_CPU_PACK_ROWS, &xt, n, y,
+                         s->bias ? s->bias + r0 : NULL);
+            continue;
+        }
+        for (int64_t i = 0; i < nr; i++)
+            y[i] = op->dot(td_tensor_row(s->W, (uint64_t)(s->row0 + r0 + i)), s->x + t * n,
+                           s->xsum ? s->xsum + t * ns : NULL, n) +
+                   (s->bias ? s->bias[r0 + i] : 0.0f);
+    }
+}
+
 static void mm_task(void *ctx, int64_t task, int th) {
     const mm_job *j = ctx;
     // segments are in task order; find the last one starting at or before `task`
@@ -295,6 +324,10 @@ static void mm_task(void *ctx, int64_t task, int th) {
     const mm_seg *s = &j->segs[lo];
     const int64_t r0 = (task - s->task0) * s->chunk;
     const int64_t nr = s->n_out - r0 < s->chunk ? s->n_out - r0 : s->chunk;
+    if (s->native_packed) {
+        mm_native_packed_rows(j->b, s, r0, nr);
+        return;
+    }
     if (s->packed) {
         mm_packed_rows(j->b, s, r0, nr);
         return;
@@ -309,10 +342,12 @@ static void mm_task(void *ctx, int64_t task, int th) {
 }
 
 /* The FMT_* bit a weight of `type` converts its input to under act-q8
- * (0: f32 as is, and always under native). */
+ * (0: f32 as is); under native FMT_X32 where the level has gemv_x32 for
+ * the type, else 0. */
 static unsigned act_fmt(const cpu_backend *b, int type) {
     td_act_fmt f;
-    if (!b->act_q8 || td_act_format(type, &f)) return 0;
+    if (!b->act_q8) return b->k.prep_x32 && b->k.type[type].gemv_x32 ? FMT_X32 : 0;
+    if (td_act_format(type, &f)) return 0;
     switch (f) {
     case TD_ACT_Q8_0: case TD_ACT_Q8_1: return FMT_Q8_0;
     case TD_ACT_Q8_K: return FMT_Q8_K;
@@ -331,7 +366,7 @@ static const uint8_t *packed_weights(cpu_backend *b, const td_tensor *W) {
         if (b->packs[i].W == W) return b->packs[i].p;
     const td_cpu_type_ops *op = &b->k.type[W->type];
     uint8_t *p = NULL;
-    if (op->gemm_q8 && op->dot_q8 && W->n_rows % TD_CPU_PACK_ROWS == 0) {
+    if (((op->gemm_q8 && op->dot_q8) || op->gemv_x32) && W->n_rows % TD_CPU_PACK_ROWS == 0) {
         const size_t gb = op->pack_bytes(W->ne[0]), ng = W->n_rows / TD_CPU_PACK_ROWS;
         // no memory for the copy: the per-row kernels still run on the stored rows
         p = aligned_alloc(64, (gb * ng + 63) / 64 * 64);
@@ -366,7 +401,24 @@ static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row
     s->x = in->x + r0 * n;
     s->xsum = in->xs + r0 * ns;
     const unsigned fmt = act_fmt(b, W->type);
-    if (fmt & (FMT_Q8_0 | FMT_Q8_K)) {
+    if (fmt == FMT_X32) {
+        // native on packed weights for every T the dot path takes (so a
+        // prefill below gemm_min_t keeps a token-by-token run's bits);
+        // an input prepared without the form keeps the f32 kernels
+        const uint8_t *pk = !s->gemm && (in->fmts & FMT_X32) && row0 % TD_CPU_PACK_ROWS == 0 &&
+                                    n_out % TD_CPU_PACK_ROWS == 0
+                                ? packed_weights(b, W)
+                                : NULL;
+        if (pk) {
+            s->pack_group = op->pack_bytes(n);
+            s->packed = pk + (size_t)(row0 / TD_CPU_PACK_ROWS) * s->pack_group;
+            s->native_packed = 1;
+            s->x32q = in->x32q + r0 * 4 * n;
+            s->x32sc = in->x32sc + r0 * ns;
+            s->x32corr = in->x32corr + r0 * ns;
+            s->x32ok = in->x32ok + r0;
+        }
+    } else if (fmt & (FMT_Q8_0 | FMT_Q8_K)) {
         // the profile's activations x' = d*q: as codes for an integer kernel, else as floats
         const cpu_q8 *c = &in->q8[fmt == FMT_Q8_K];
         TD_ASSERT(in->fmts & fmt);
@@ -442,6 +494,8 @@ static void in_prepare_rows(const cpu_backend *b, cpu_in *in, int64_t r0, int64_
             for (int64_t i = 0; i < n; i++) in->xh[0][r * n + i] = td_f16_round_trip_f32(x[i]);
         if (in->fmts & FMT_BF16)
             for (int64_t i = 0; i < n; i++) in->xh[1][r * n + i] = td_bf16_to_f32(td_f32_to_bf16(x[i]));
+        if (in->fmts & FMT_X32)
+            in->x32ok[r] = (uint8_t)b->k.prep_x32(x, n, in->x32q + r * 4 * n, in->x32sc + r * ns, in->x32corr + r * ns);
     }
 }
 
@@ -463,10 +517,17 @@ static void in_alloc(cpu_in *in, size_t rows, size_t n, unsigned fmts) {
         }
     for (int f = 0; f < 2; f++)
         if (fmts & (f ? FMT_BF16 : FMT_F16)) in->xh[f] = td_xcalloc(rows * n, fs);
+    if (fmts & FMT_X32) {
+        in->x32q = td_xcalloc(rows * 4 * n, 1);
+        in->x32sc = td_xcalloc(rows * ns, sizeof(double));
+        in->x32corr = td_xcalloc(rows * ns, sizeof(double));
+        in->x32ok = td_xcalloc(rows, 1);
+    }
 }
 
 static void in_free(cpu_in *in) {
     free(in->x), free(in->xs), free(in->xh[0]), free(in->xh[1]);
+    free(in->x32q), free(in->x32sc), free(in->x32corr), free(in->x32ok);
     for (int f = 0; f < 2; f++) {
         cpu_q8 *c = &in->q8[f];
         free(c->q), free(c->d), free(c->d16), free(c->d32), free(c->xd), free(c->xds);
@@ -1678,8 +1739,10 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     snprintf(b->version, sizeof b->version,
              "tapdiff " TD_VERSION " (" TD_GIT_REV ") cpu: profile %s, f32 KV cache, kernels %s, %d threads, "
              "prefill %s",
-             b->act_q8 ? "act-q8 (matmul inputs rounded as llama.cpp's CPU path: Q8_0, Q8_K, f16, bf16)"
-                       : "native (f32 activations)",
+             b->act_q8           ? "act-q8 (matmul inputs rounded as llama.cpp's CPU path: Q8_0, Q8_K, f16, bf16)"
+             : b->k.prep_x32 && b->k.type[TD_TYPE_Q8_0].gemv_x32
+                 ? "native (f32 activations; Q8_0 products on integers, exact per block)"
+                 : "native (f32 activations)",
              td_cpu_isa_name(b->k.isa), b->n_threads,
 #ifdef TD_HAVE_OPENBLAS
              b->gemm_min_t > 1 ? "openblas sgemm for T >= gemm_min_t" : "openblas sgemm"

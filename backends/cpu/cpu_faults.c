@@ -103,6 +103,7 @@ void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
         op->dot = dot_q8_0_pairs;
         op->dot_rows = NULL; // the several-row kernel would bypass the faulty dot
         op->dot_q8 = NULL; // act-q8 products take x' = d*q through the same faulty dot
+        op->gemv_x32 = NULL; // native products too
         return;
     }
     if (f == TD_FAULT_IQ_SIGN_BIT) {

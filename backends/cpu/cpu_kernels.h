@@ -88,6 +88,26 @@ typedef void (*td_cpu_pack_fn)(void *dst, const void *rows, size_t row_bytes, in
 typedef void (*td_cpu_gemm_q8_fn)(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
                                   float *y, int64_t ldy, const float *bias);
 
+/* Native (f32 activations) products of Q8_0 weights in the packed layout,
+ * on integers instead of converted codes: each block of 32 activations is
+ * held exactly (to 2^-30 of its largest |x|) as X_i = round(x_i 2^s), s
+ * putting that largest value in [2^29, 2^30), X_i written as four signed
+ * base-256 digits, so a block's Σ w_i X_i is four vpdpbusd sums put
+ * together exactly; blocks are scaled by d_w 2^-s and summed in double, the
+ * row rounded to f32 once. More exact than any f32 order (README "Native
+ * Q8_0 on integers"). prep_x32 writes one row's form and returns 1, or 0
+ * when the row holds a non-finite value (the caller then takes `dot`).
+ * gemv_x32 computes y[r] = dot(row r) + bias[r] (+ 0 without bias) for the
+ * rows of n_groups consecutive packed groups and one token. */
+typedef struct td_cpu_x32 {
+    const int8_t *q;    /* (n/32) x 128: digit k (weight 256^k) of value i of block j at 128 j + 32 k + i */
+    const double *sc;   /* (n/32) 2^-s */
+    const double *corr; /* (n/32) 128 Σ_i X_i: what the codes' +128 adds to a block's sum */
+} td_cpu_x32;
+typedef int (*td_cpu_prep_x32_fn)(const float *x, int64_t n, int8_t *q, double *sc, double *corr);
+typedef void (*td_cpu_gemv_x32_fn)(const void *packed, int64_t n_groups, const td_cpu_x32 *x, int64_t n, float *y,
+                                   const float *bias);
+
 typedef struct td_cpu_type_ops {
     td_cpu_dot_fn dot;       /* NULL: no direct kernel; decode the row, then dot_f32 */
     td_cpu_dot_rows_fn dot_rows; /* NULL: `dot` row by row (always NULL without `dot`) */
@@ -99,6 +119,8 @@ typedef struct td_cpu_type_ops {
     td_cpu_pack_bytes_fn pack_bytes;
     td_cpu_pack_fn pack;
     td_cpu_gemm_q8_fn gemm_q8;
+    /* native products on the packed layout (needs pack_bytes and pack), or NULL */
+    td_cpu_gemv_x32_fn gemv_x32;
 } td_cpu_type_ops;
 
 /* The kernel levels, each a superset of the one below; the table takes the
@@ -124,6 +146,7 @@ typedef struct td_cpu_kernels {
      * that gives the same bits */
     void (*quantize_act)(td_cpu_act_fmt fmt, const float *x, int64_t n, int8_t *q, float *d, float *dsum16,
                          float *dsum32, float *xd);
+    td_cpu_prep_x32_fn prep_x32; /* NULL below the level with gemv_x32 kernels */
 } td_cpu_kernels;
 
 /* Fills k with the C kernels, then overrides with the best ISA not above

@@ -9,6 +9,7 @@
  * attribute; the rest of the program stays portable. */
 #if defined(__x86_64__) || defined(__i386__)
 #include <immintrin.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -308,6 +309,111 @@ TGT static void gemm_q8_q4_k(const void *packed, int64_t n_groups, const td_cpu_
     }
 }
 
+/* ===================================================================== */
+/* native Q8_0 on packed weights: activations as exact integers           */
+/* ===================================================================== */
+/* cpu_kernels.h td_cpu_x32. The codes are w + 128 (unsigned), so a digit
+ * row's vpdpbusd sum is Σ w d + 128 Σ d, and the four digit sums put
+ * together are Σ w X + 128 Σ X: corr removes the second term exactly. */
+
+/* X (16 values, |X| <= 2^30) as four signed base-256 digits: X = Σ 256^k d_k */
+TGTI static inline void x32_digits(__m512i X, int8_t *q, int64_t stride) {
+#pragma GCC unroll 4
+    for (int k = 0; k < 3; k++) {
+        const __m512i d = _mm512_srai_epi32(_mm512_slli_epi32(X, 24), 24);
+        _mm_storeu_si128((__m128i_u *)(q + k * stride), _mm512_cvtepi32_epi8(d));
+        X = _mm512_srai_epi32(_mm512_sub_epi32(X, d), 8);
+    }
+    _mm_storeu_si128((__m128i_u *)(q + 3 * stride), _mm512_cvtepi32_epi8(X));
+}
+
+TGTI static inline __m512i x32_int(__m512 v, __m512 s) {
+    return _mm512_cvt_roundps_epi32(_mm512_scalef_ps(v, s), _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+}
+
+TGTI static inline int64_t x32_sum(__m512i X) {
+    return _mm512_reduce_add_epi64(_mm512_add_epi64(_mm512_cvtepi32_epi64(_mm512_castsi512_si256(X)),
+                                                    _mm512_cvtepi32_epi64(_mm512_extracti64x4_epi64(X, 1))));
+}
+
+TGT static int prep_x32(const float *x, int64_t n, int8_t *q, double *sc, double *corr) {
+    const __m512i abs_bits = _mm512_set1_epi32(0x7fffffff), inf_bits = _mm512_set1_epi32(0x7f800000);
+    for (int64_t j = 0; j < n / 32; j++) {
+        const __m512 v0 = _mm512_loadu_ps(x + 32 * j), v1 = _mm512_loadu_ps(x + 32 * j + 16);
+        const __m512i a0 = _mm512_and_si512(_mm512_castps_si512(v0), abs_bits);
+        const __m512i a1 = _mm512_and_si512(_mm512_castps_si512(v1), abs_bits);
+        if (_mm512_cmpge_epi32_mask(a0, inf_bits) | _mm512_cmpge_epi32_mask(a1, inf_bits)) return 0;
+        // |x| of finite floats orders as its bits
+        const int32_t mbits = _mm512_reduce_max_epi32(_mm512_max_epi32(a0, a1));
+        int8_t *qj = q + 128 * j;
+        if (mbits == 0) {
+            memset(qj, 0, 128);
+            sc[j] = 1.0;
+            corr[j] = 0.0;
+            continue;
+        }
+        float m;
+        memcpy(&m, &mbits, sizeof m);
+        int e;
+        (void)frexpf(m, &e); // m = f 2^e, f in [0.5, 1): m 2^(30-e) in [2^29, 2^30)
+        const __m512 s = _mm512_set1_ps((float)(30 - e));
+        const __m512i X0 = x32_int(v0, s), X1 = x32_int(v1, s);
+        x32_digits(X0, qj, 32);
+        x32_digits(X1, qj + 16, 32);
+        sc[j] = ldexp(1.0, e - 30);
+        corr[j] = 128.0 * (double)(x32_sum(X0) + x32_sum(X1));
+    }
+    return 1;
+}
+
+/* 16 int32 lanes as two halves of 8 doubles */
+TGTI static inline __m512d lo_pd(__m512i v) {
+    return _mm512_cvtepi32_pd(_mm512_castsi512_si256(v));
+}
+TGTI static inline __m512d hi_pd(__m512i v) {
+    return _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(v, 1));
+}
+
+TGT static void gemv_x32_q8_0(const void *packed, int64_t n_groups, const td_cpu_x32 *x, int64_t n, float *y,
+                              const float *bias) {
+    const int64_t nb = n / 32;
+    const size_t gbytes = td_cpu_pack_bytes_q8_0(n);
+    const __m512d k16 = _mm512_set1_pd(65536.0);
+    for (int64_t g = 0; g < n_groups; g++) {
+        const uint8_t *pk = (const uint8_t *)packed + (size_t)g * gbytes;
+        __m512d y0 = _mm512_setzero_pd(), y1 = _mm512_setzero_pd();
+        for (int64_t j = 0; j < nb; j++) {
+            const uint8_t *cw = pk + 1088 * (j / 2) + 512 * (j % 2);
+            const int8_t *a = x->q + 128 * j;
+            __m512i r[4] = {_mm512_setzero_si512(), _mm512_setzero_si512(), _mm512_setzero_si512(),
+                            _mm512_setzero_si512()};
+#pragma GCC unroll 8
+            for (int i = 0; i < 8; i++) {
+                _mm_prefetch((const char *)cw + 64 * i + PF_Q8_0, _MM_HINT_T0);
+                const __m512i w = _mm512_loadu_si512(cw + 64 * i);
+#pragma GCC unroll 4
+                for (int k = 0; k < 4; k++) r[k] = _mm512_dpbusd_epi32(r[k], w, bcast4(a + 32 * k + 4 * i));
+            }
+            if (j % 2) _mm_prefetch((const char *)pk + 1088 * (j / 2) + 1024 + PF_Q8_0, _MM_HINT_T0);
+            // each r < 2^20 in size: L and H are exact in int32, H 2^16 + L in double
+            const __m512i L = _mm512_add_epi32(r[0], _mm512_slli_epi32(r[1], 8));
+            const __m512i H = _mm512_add_epi32(r[2], _mm512_slli_epi32(r[3], 8));
+            const __m512d c = _mm512_set1_pd(x->corr[j]), s = _mm512_set1_pd(x->sc[j]);
+            const __m512d b0 = _mm512_sub_pd(_mm512_fmadd_pd(lo_pd(H), k16, lo_pd(L)), c);
+            const __m512d b1 = _mm512_sub_pd(_mm512_fmadd_pd(hi_pd(H), k16, hi_pd(L)), c);
+            const __m512 dw = f16x16(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2));
+            const __m512d d0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(dw)), s);
+            const __m512d d1 = _mm512_mul_pd(
+                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dw), 1))), s);
+            y0 = _mm512_fmadd_pd(b0, d0, y0);
+            y1 = _mm512_fmadd_pd(b1, d1, y1);
+        }
+        const __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0))),
+                                                             _mm256_castps_pd(_mm512_cvtpd_ps(y1)), 1));
+        put16(y + 16 * g, v, bias ? bias + 16 * g : NULL);
+    }
+}
+
 void td_cpu_kernels_init_avx512vnni(td_cpu_kernels *k) {
     k->isa = TD_CPU_ISA_AVX512VNNI;
     k->type[TD_TYPE_Q8_0].dot_q8 = dot_q8_q8_0;
@@ -315,6 +421,8 @@ void td_cpu_kernels_init_avx512vnni(td_cpu_kernels *k) {
     k->type[TD_TYPE_Q8_0].pack_bytes = td_cpu_pack_bytes_q8_0;
     k->type[TD_TYPE_Q8_0].pack = td_cpu_pack_q8_0;
     k->type[TD_TYPE_Q8_0].gemm_q8 = gemm_q8_q8_0;
+    k->type[TD_TYPE_Q8_0].gemv_x32 = gemv_x32_q8_0;
+    k->prep_x32 = prep_x32;
     k->type[TD_TYPE_Q4_K].pack_bytes = td_cpu_pack_bytes_q4_k;
     k->type[TD_TYPE_Q4_K].pack = td_cpu_pack_q4_k;
     k->type[TD_TYPE_Q4_K].gemm_q8 = gemm_q8_q4_k;

@@ -460,11 +460,11 @@ Test(cpu_act_q8, integer_kernels_match_sgemm_q4_0) { act_q8_paths(TD_TYPE_Q4_0);
 /* A prefill through the dot kernels and the same tokens one by one run the
  * same arithmetic on every row (same kernels, same attention code, same KV
  * contents): bitwise equal logits, native and act-q8. */
-static void prefill_vs_single(const char *profile, const char *fixture) {
+static void prefill_vs_single_of(const char *profile, const char *fixture, int type) {
     make_tmpdir();
     char path[512];
     if (fixture) fixture_path(fixture, path, sizeof path);
-    else tiny_model(TD_TYPE_Q4_K, path, sizeof path);
+    else tiny_model(type, path, sizeof path);
     td_model *m = NULL;
     td_err err = {{0}};
     cr_assert_eq(td_model_open(&m, path, &err), TD_OK, "%s", err.msg);
@@ -492,7 +492,16 @@ static void prefill_vs_single(const char *profile, const char *fixture) {
     remove_tmpdir();
 }
 
+static void prefill_vs_single(const char *profile, const char *fixture) {
+    prefill_vs_single_of(profile, fixture, TD_TYPE_Q4_K);
+}
+
 Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_native) { prefill_vs_single("native", NULL); }
+/* Q8_0 native: at avx512vnni the packed integer kernel (gemv_x32) for any T
+ * below the sgemm threshold, one token at a time */
+Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_native_q8_0) {
+    prefill_vs_single_of("native", NULL, TD_TYPE_Q8_0);
+}
 Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_act_q8) { prefill_vs_single("act-q8", NULL); }
 /* MoE: the grouped expert rows (their offsets into the act-q8 arrays) */
 Test(cpu_forward, prefill_dot_path_is_bitwise_token_by_token_moe_native) {
