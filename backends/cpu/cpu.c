@@ -83,7 +83,7 @@ enum { FMT_Q8_0 = 1, FMT_Q8_K = 2, FMT_F16 = 4, FMT_BF16 = 8, FMT_X32 = 16 };
  * weights ask for (fmts). */
 typedef struct cpu_in {
     int64_t n;
-    unsigned fmts;        // FMT_* bits prepared (0 under native)
+    unsigned fmts;        // FMT_* bits prepared (under native FMT_X32 or 0)
     float *x;             // (rows, n)
     float *xs;            // (rows, n/32)
     cpu_q8 q8[2];         // [TD_CPU_ACT_Q8_0], [TD_CPU_ACT_Q8_K]
@@ -346,7 +346,8 @@ static void mm_task(void *ctx, int64_t task, int th) {
  * the type, else 0. */
 static unsigned act_fmt(const cpu_backend *b, int type) {
     td_act_fmt f;
-    if (!b->act_q8) return b->k.prep_x32 && b->k.type[type].gemv_x32 ? FMT_X32 : 0;
+    // the f32 `dot` takes a row with a non-finite value
+    if (!b->act_q8) return b->k.prep_x32 && b->k.type[type].gemv_x32 && b->k.type[type].dot ? FMT_X32 : 0;
     if (td_act_format(type, &f)) return 0;
     switch (f) {
     case TD_ACT_Q8_0: case TD_ACT_Q8_1: return FMT_Q8_0;
@@ -1597,8 +1598,8 @@ static int load_model(cpu_backend *b, td_err *err) {
     return TD_OK;
 }
 
-/* Under act-q8: the formats each input must be prepared in, from the types
- * of the weights it feeds. */
+/* The formats each input must be prepared in, from the types of the
+ * weights it feeds (act_fmt). */
 static void plan_formats(cpu_backend *b) {
     const td_model *m = b->m;
 #define FMT(t) ((t) ? act_fmt(b, (t)->type) : 0u)

@@ -112,6 +112,7 @@ void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
         op->dot = NULL; // every product decodes the row through the faulty decoder
         op->dot_rows = NULL;
         op->dot_q8 = NULL;
+        op->gemv_x32 = NULL;
         op->needs_xsum = 0;
         return;
     }
@@ -123,6 +124,7 @@ void td_cpu_fault_patch_kernels(td_cpu_kernels *k, td_fault f) {
     op->dot = NULL;    // every product decodes the row through the faulty decoder
     op->dot_rows = NULL;
     op->dot_q8 = NULL;
+    op->gemv_x32 = NULL;
     op->needs_xsum = 0;
 }
 

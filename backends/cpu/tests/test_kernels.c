@@ -781,7 +781,7 @@ Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
 /* of x held to 2^-30 of its largest |x|, block sums exact, blocks summed in */
 /* double. Bound, derived from that and not from the kernel: per block j     */
 /* |d_j| 2^(e_j - 31) Σ|q| (X rounded to the nearest integer, 2^-s = 2^(e-30)), */
-/* the double sum's 2^-52 M, and the final f32 rounding, half an ulp of the  */
+/* the double sum's (nb + 2) 2^-53 M, and the final f32 rounding, half an ulp of the  */
 /* exact value. A lost correction, digit or block is O(M), far above; the     */
 /* bound is also far below what an f32 sum (the other kernels) may be off. */
 
@@ -799,7 +799,7 @@ static double x32_bound(const uint8_t *w, const float *x, int64_t n, long double
         (void)frexp(m, &e);
         b += fabs((double)td_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8))) * ldexp(1.0, e - 31) * sq;
     }
-    return b + 0x1p-52 * mass * 4 + fabs((double)exact) * 0x1p-24 + 0x1p-149;
+    return b + 0x1p-53 * mass * (double)(n / 32 + 2) + fabs((double)exact) * 0x1p-24 + 0x1p-149;
 }
 
 Test(cpu_kernels, gemv_x32_q8_0_within_the_integer_bound) {
