@@ -88,12 +88,13 @@ typedef void (*td_cpu_pack_fn)(void *dst, const void *rows, size_t row_bytes, in
 typedef void (*td_cpu_gemm_q8_fn)(const void *packed, int64_t n_groups, const td_cpu_xq8 *x, int64_t n, int64_t T,
                                   float *y, int64_t ldy, const float *bias);
 
-/* Native (f32 activations) products of Q8_0 weights in the packed layout,
+/* Native (f32 activations) products of Q8_0 and Q4_K weights in the packed layout,
  * on integers instead of converted codes: each block of 32 activations is
  * held exactly (to 2^-30 of its largest |x|) as X_i = round(x_i 2^s), s
  * putting that largest value in [2^29, 2^30), X_i written as four signed
- * base-256 digits, so a block's Σ w_i X_i is four vpdpbusd sums put
- * together exactly; blocks are scaled by d_w 2^-s and summed in double, the
+ * base-256 digits, so a block's Σ q_i X_i is four vpdpbusd sums put
+ * together exactly; blocks are scaled (d 2^-s, and Q4_K's minimum term from
+ * Σ X_i = corr / 128) and summed in double, the
  * row rounded to f32 once. More exact than any f32 order (README "Native
  * Q8_0 on integers"). prep_x32 writes one row's form and returns 1, or 0
  * when the row holds a non-finite value (the caller then takes `dot`).

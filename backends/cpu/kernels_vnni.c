@@ -414,6 +414,78 @@ TGT static void gemv_x32_q8_0(const void *packed, int64_t n_groups, const td_cpu
     }
 }
 
+/* Q4_K: a sub-block of 32 is one x32 block. Its codes q (0..15) are the
+ * unsigned operand as they are (the high nibbles as 16 q, the sums then
+ * shifted back exactly), so Σ q X needs no correction; the value is
+ * 2^-s (d sc Σ q X - dmin mn Σ X), both products in double. */
+TGT static void gemv_x32_q4_k(const void *packed, int64_t n_groups, const td_cpu_x32 *x, int64_t n, float *y,
+                              const float *bias) {
+    const int64_t nsb = n / TD_QK_K;
+    const size_t gbytes = (size_t)nsb * 2368;
+    const __m512i m4 = _mm512_set1_epi8(0x0F);
+    const __m512d k16 = _mm512_set1_pd(65536.0);
+    for (int64_t g = 0; g < n_groups; g++) {
+        __m512d y0 = _mm512_setzero_pd(), y1 = _mm512_setzero_pd();
+        for (int64_t sb = 0; sb < nsb; sb++) {
+            const uint8_t *G = (const uint8_t *)packed + (size_t)g * gbytes + (size_t)sb * 2368;
+            const __m512 d = f16x16(G + 2304), dmin = f16x16(G + 2336);
+            const __m512d dlo = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
+            const __m512d dhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
+            const __m512d mlo = _mm512_cvtps_pd(_mm512_castps512_ps256(dmin));
+            const __m512d mhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dmin), 1)));
+#pragma GCC unroll 1
+            for (int c = 0; c < 4; c++) {
+                __m512i r[2][4];
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++)
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) r[h][k] = _mm512_setzero_si512();
+                const int64_t j0 = 8 * sb + 2 * c; // the x32 blocks of the low and the high nibbles
+                const int8_t *alo = x->q + 128 * j0, *ahi = x->q + 128 * (j0 + 1);
+#pragma GCC unroll 8
+                for (int i = 0; i < 8; i++) {
+                    _mm_prefetch((const char *)G + PF_Q4K + 64 * (8 * c + i), _MM_HINT_T0);
+                    const __m512i v = _mm512_loadu_si512(G + 64 * (8 * c + i));
+                    const __m512i lo = _mm512_and_si512(v, m4), hi = _mm512_andnot_si512(m4, v);
+#pragma GCC unroll 4
+                    for (int k = 0; k < 4; k++) {
+                        r[0][k] = _mm512_dpbusd_epi32(r[0][k], lo, bcast4(alo + 32 * k + 4 * i));
+                        r[1][k] = _mm512_dpbusd_epi32(r[1][k], hi, bcast4(ahi + 32 * k + 4 * i));
+                    }
+                }
+#pragma GCC unroll 2
+                for (int h = 0; h < 2; h++) {
+                    if (h) // 16 q: every sum is a multiple of 16
+#pragma GCC unroll 4
+                        for (int k = 0; k < 4; k++) r[1][k] = _mm512_srai_epi32(r[1][k], 4);
+                    const int64_t j = j0 + h;
+                    // |r| < 2^19: L and H exact in int32, Σ q X = H 2^16 + L exact in double
+                    const __m512i L = _mm512_add_epi32(r[h][0], _mm512_slli_epi32(r[h][1], 8));
+                    const __m512i H = _mm512_add_epi32(r[h][2], _mm512_slli_epi32(r[h][3], 8));
+                    const __m512d blo = _mm512_fmadd_pd(lo_pd(H), k16, lo_pd(L));
+                    const __m512d bhi = _mm512_fmadd_pd(hi_pd(H), k16, hi_pd(L));
+                    const int sub = 2 * c + h;
+                    const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2048 + 16 * sub)));
+                    const __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2176 + 16 * sub)));
+                    const __m512d xsum = _mm512_set1_pd(x->corr[j] * (1.0 / 128)), s = _mm512_set1_pd(x->sc[j]);
+                    // d sc and dmin mn are exact in double; each product below rounds once
+                    const __m512d tlo = _mm512_fmsub_pd(_mm512_mul_pd(dlo, lo_pd(sc)), blo,
+                                                        _mm512_mul_pd(_mm512_mul_pd(mlo, lo_pd(mn)), xsum));
+                    const __m512d thi = _mm512_fmsub_pd(_mm512_mul_pd(dhi, hi_pd(sc)), bhi,
+                                                        _mm512_mul_pd(_mm512_mul_pd(mhi, hi_pd(mn)), xsum));
+                    y0 = _mm512_fmadd_pd(tlo, s, y0);
+                    y1 = _mm512_fmadd_pd(thi, s, y1);
+                }
+            }
+#pragma GCC unroll 8
+            for (int l = 0; l < 5; l++) _mm_prefetch((const char *)G + PF_Q4K + 2048 + 64 * l, _MM_HINT_T0);
+        }
+        const __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0))),
+                                                             _mm256_castps_pd(_mm512_cvtpd_ps(y1)), 1));
+        put16(y + 16 * g, v, bias ? bias + 16 * g : NULL);
+    }
+}
+
 void td_cpu_kernels_init_avx512vnni(td_cpu_kernels *k) {
     k->isa = TD_CPU_ISA_AVX512VNNI;
     k->type[TD_TYPE_Q8_0].dot_q8 = dot_q8_q8_0;
@@ -426,6 +498,7 @@ void td_cpu_kernels_init_avx512vnni(td_cpu_kernels *k) {
     k->type[TD_TYPE_Q4_K].pack_bytes = td_cpu_pack_bytes_q4_k;
     k->type[TD_TYPE_Q4_K].pack = td_cpu_pack_q4_k;
     k->type[TD_TYPE_Q4_K].gemm_q8 = gemm_q8_q4_k;
+    k->type[TD_TYPE_Q4_K].gemv_x32 = gemv_x32_q4_k;
 }
 #else
 typedef int td_cpu_kernels_vnni_unused; /* ISO C: a translation unit is not empty */

@@ -777,96 +777,109 @@ Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
 }
 
 /* ------------------------------------------------------------------------ */
-/* Native Q8_0 on integers (gemv_x32, cpu_kernels.h td_cpu_x32): each block  */
-/* of x held to 2^-30 of its largest |x|, block sums exact, blocks summed in */
-/* double. Bound, derived from that and not from the kernel: per block j     */
-/* |d_j| 2^(e_j - 31) Σ|q| (X rounded to the nearest integer, 2^-s = 2^(e-30)), */
-/* the double sum's (nb + 2) 2^-53 M, and the final f32 rounding, half an ulp of the  */
-/* exact value. A lost correction, digit or block is O(M), far above; the     */
-/* bound is also far below what an f32 sum (the other kernels) may be off. */
+/* Native products on integers (gemv_x32, cpu_kernels.h td_cpu_x32; Q8_0,
+ * Q4_K): each block of x held to 2^-30 of its largest |x|, block sums
+ * exact, blocks summed in double. Bound, derived from that and not from the
+ * kernel: per block j 2^(e_j - 31) Σ|w| (X rounded to the nearest integer,
+ * 2^-s = 2^(e-30), w the exactly decoded weights), the double arithmetic's
+ * 2 (nb + 2) 2^-53 M, and the final f32 rounding, half an ulp of the exact
+ * value. A lost correction, digit, minimum term or block is O(M), far
+ * above; the bound is also far below what an f32 sum may be off. */
 
-static double x32_bound(const uint8_t *w, const float *x, int64_t n, long double exact, double mass) {
+static double x32_bound(int type, const uint8_t *w, const float *x, int64_t n, long double exact, double mass) {
+    double *wd = malloc((size_t)n * sizeof *wd);
+    td_err err;
+    cr_assert_eq(td_decode_row_f64(type, w, wd, n, &err), TD_OK, "%s", err.msg);
     double b = 0;
     for (int64_t j = 0; j < n / 32; j++) {
-        const uint8_t *blk = w + j * 34; // td_blk_q8_0: f16 d, int8 q[32]
-        double m = 0, sq = 0;
+        double m = 0, sw = 0;
         for (int i = 0; i < 32; i++) {
             m = fmax(m, fabs((double)x[32 * j + i]));
-            sq += fabs((double)(int8_t)blk[2 + i]);
+            sw += fabs(wd[32 * j + i]);
         }
         if (m == 0) continue;
         int e;
         (void)frexp(m, &e);
-        b += fabs((double)td_f16_to_f32((uint16_t)(blk[0] | blk[1] << 8))) * ldexp(1.0, e - 31) * sq;
+        b += ldexp(1.0, e - 31) * sw;
     }
-    return b + 0x1p-53 * mass * (double)(n / 32 + 2) + fabs((double)exact) * 0x1p-24 + 0x1p-149;
+    free(wd);
+    return b + 0x1p-53 * mass * (double)(n / 32 + 2) * 2 + fabs((double)exact) * 0x1p-24 + 0x1p-149;
 }
 
-Test(cpu_kernels, gemv_x32_q8_0_within_the_integer_bound) {
+static const int k_x32_types[] = {TD_TYPE_Q8_0, TD_TYPE_Q4_K};
+
+Test(cpu_kernels, gemv_x32_within_the_integer_bound) {
     rng_state = 41;
     td_cpu_kernels k;
     td_cpu_kernels_init(&k, TD_CPU_ISA_AVX512VNNI);
-    const td_cpu_type_ops *op = &k.type[TD_TYPE_Q8_0];
-    if (!op->gemv_x32 || !k.prep_x32) cr_skip_test("no native integer Q8_0 kernel at any level this CPU runs");
-    cr_assert(op->pack && op->pack_bytes);
+    if (!k.prep_x32) cr_skip_test("no native integer kernel at any level this CPU runs");
     int compared = 0, tighter = 0;
-    const int64_t lens[] = {32, 96, 256, 352, 4096};
-    for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
-        for (int pat = 0; pat < 6; pat++) {
-            const int64_t n = lens[li], G = 3, rows = G * TD_CPU_PACK_ROWS, nb = n / 32;
-            const size_t bytes = td_type_row_bytes(TD_TYPE_Q8_0, n);
-            uint8_t *W = malloc(bytes * (size_t)rows);
-            for (int64_t r = 0; r < rows; r++) {
-                size_t b2;
-                uint8_t *w = random_row(TD_TYPE_Q8_0, n, &b2);
-                memcpy(W + (size_t)r * bytes, w, bytes);
-                free(w);
-            }
-            const size_t gb = op->pack_bytes(n);
-            uint8_t *P = aligned_alloc(64, (gb * (size_t)G + 63) / 64 * 64);
-            for (int64_t g = 0; g < G; g++) op->pack(P + g * gb, W + (size_t)(g * TD_CPU_PACK_ROWS) * bytes, bytes, n);
-            float *x = malloc((size_t)n * sizeof *x);
-            for (int64_t i = 0; i < n; i++) {
-                const double u = urnd();
-                switch (pat) {
-                case 0: x[i] = (float)(u * pow(10.0, (double)(i % 7) - 3)); break; // decades inside a block
-                case 1: x[i] = (float)(i % 32 == 5 ? u * 1e6 : u * 1e-3); break;   // one outlier per block
-                case 2: x[i] = (i / 32) % 2 ? 0.0f : (float)u; break;              // whole blocks of zeros
-                case 3: x[i] = (float)(u * 0x1p-140); break;                       // subnormals
-                case 4: x[i] = (float)(u * 1e30); break;                           // large
-                default: x[i] = (float)u * (float)(rnd() % 3 ? 1 : 0); break;      // scattered zeros
+    for (size_t ti = 0; ti < sizeof k_x32_types / sizeof k_x32_types[0]; ti++) {
+        const int type = k_x32_types[ti];
+        const td_cpu_type_ops *op = &k.type[type];
+        cr_assert(op->gemv_x32 && op->pack && op->pack_bytes, "%s: no gemv_x32 with its packing",
+                  td_type_name(type));
+        const int64_t B = td_type_get(type)->block_size;
+        const int64_t lens[] = {B, 3 * B, 8 * B, 11 * B, B >= 256 ? 16 * B : 128 * B};
+        for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
+            for (int pat = 0; pat < 6; pat++) {
+                const int64_t n = lens[li], G = 3, rows = G * TD_CPU_PACK_ROWS, nb = n / 32;
+                const size_t bytes = td_type_row_bytes(type, n);
+                uint8_t *W = malloc(bytes * (size_t)rows);
+                for (int64_t r = 0; r < rows; r++) {
+                    size_t b2;
+                    uint8_t *w = random_row(type, n, &b2);
+                    memcpy(W + (size_t)r * bytes, w, bytes);
+                    free(w);
                 }
-            }
-            int8_t *q = malloc((size_t)(4 * n));
-            double *sc = malloc((size_t)nb * sizeof *sc), *corr = malloc((size_t)nb * sizeof *corr);
-            cr_assert_eq(k.prep_x32(x, n, q, sc, corr), 1, "pattern %d: a finite row refused", pat);
-            const td_cpu_x32 xt = {q, sc, corr};
-            float *y = malloc((size_t)rows * sizeof *y), *yb = malloc((size_t)rows * sizeof *yb);
-            float *bias = malloc((size_t)rows * sizeof *bias);
-            for (int64_t r = 0; r < rows; r++) bias[r] = (float)urnd();
-            op->gemv_x32(P, G, &xt, n, y, NULL);
-            op->gemv_x32(P, G, &xt, n, yb, bias);
-            for (int64_t r = 0; r < rows; r++) {
-                const uint8_t *w = W + (size_t)r * bytes;
-                long double exact;
-                double mass;
-                oracle(TD_TYPE_Q8_0, w, x, n, &exact, &mass);
-                const double err = fabs((double)((long double)y[r] - exact)), bound = x32_bound(w, x, n, exact, mass);
-                if (!(err <= bound)) {
-                    print_inputs("gemv_x32 over its bound", TD_TYPE_Q8_0, w, bytes, x, n);
-                    cr_assert_fail("gemv_x32_q8_0 n = %lld pattern %d row %lld: %.9g, exact %.12Lg, error %.3g > "
-                                   "bound %.3g",
-                                   (long long)n, pat, (long long)r, (double)y[r], exact, err, bound);
+                const size_t gb = op->pack_bytes(n);
+                uint8_t *P = aligned_alloc(64, (gb * (size_t)G + 63) / 64 * 64);
+                for (int64_t g = 0; g < G; g++) op->pack(P + g * gb, W + (size_t)(g * TD_CPU_PACK_ROWS) * bytes, bytes, n);
+                float *x = malloc((size_t)n * sizeof *x);
+                for (int64_t i = 0; i < n; i++) {
+                    const double u = urnd();
+                    switch (pat) {
+                    case 0: x[i] = (float)(u * pow(10.0, (double)(i % 7) - 3)); break; // decades inside a block
+                    case 1: x[i] = (float)(i % 32 == 5 ? u * 1e6 : u * 1e-3); break;   // one outlier per block
+                    case 2: x[i] = (i / 32) % 2 ? 0.0f : (float)u; break;              // whole blocks of zeros
+                    case 3: x[i] = (float)(u * 0x1p-140); break;                       // subnormals
+                    case 4: x[i] = (float)(u * 1e30); break;                           // large
+                    default: x[i] = (float)u * (float)(rnd() % 3 ? 1 : 0); break;      // scattered zeros
+                    }
                 }
-                // an f32 sum of the same terms may be off by up to ~n 2^-24 M
-                tighter += bound < 0x1p-24 * (double)n * mass;
-                const float want = y[r] + bias[r];
-                cr_assert_eq(memcmp(&want, &yb[r], 4), 0, "row %lld: with bias %a, without bias + bias %a",
-                             (long long)r, (double)yb[r], (double)want);
-                compared++;
+                int8_t *q = malloc((size_t)(4 * n));
+                double *sc = malloc((size_t)nb * sizeof *sc), *corr = malloc((size_t)nb * sizeof *corr);
+                cr_assert_eq(k.prep_x32(x, n, q, sc, corr), 1, "pattern %d: a finite row refused", pat);
+                const td_cpu_x32 xt = {q, sc, corr};
+                float *y = malloc((size_t)rows * sizeof *y), *yb = malloc((size_t)rows * sizeof *yb);
+                float *bias = malloc((size_t)rows * sizeof *bias);
+                for (int64_t r = 0; r < rows; r++) bias[r] = (float)urnd();
+                op->gemv_x32(P, G, &xt, n, y, NULL);
+                op->gemv_x32(P, G, &xt, n, yb, bias);
+                for (int64_t r = 0; r < rows; r++) {
+                    const uint8_t *w = W + (size_t)r * bytes;
+                    long double exact;
+                    double mass;
+                    oracle(type, w, x, n, &exact, &mass);
+                    const double err = fabs((double)((long double)y[r] - exact));
+                    const double bound = x32_bound(type, w, x, n, exact, mass);
+                    if (!(err <= bound)) {
+                        print_inputs("gemv_x32 over its bound", type, w, bytes, x, n);
+                        cr_assert_fail("gemv_x32_%s n = %lld pattern %d row %lld: %.9g, exact %.12Lg, error %.3g > "
+                                       "bound %.3g",
+                                       td_type_name(type), (long long)n, pat, (long long)r, (double)y[r], exact, err,
+                                       bound);
+                    }
+                    // an f32 sum of the same terms may be off by up to ~n 2^-24 M
+                    tighter += bound < 0x1p-24 * (double)n * mass;
+                    const float want = y[r] + bias[r];
+                    cr_assert_eq(memcmp(&want, &yb[r], 4), 0, "row %lld: with bias %a, without bias + bias %a",
+                                 (long long)r, (double)yb[r], (double)want);
+                    compared++;
+                }
+                free(W), free(P), free(x), free(q), free(sc), free(corr), free(y), free(yb), free(bias);
             }
-            free(W), free(P), free(x), free(q), free(sc), free(corr), free(y), free(yb), free(bias);
-        }
+    }
     cr_assert_gt(compared, 0);
     cr_assert_gt(tighter, compared / 2, "the bound was not tighter than an f32 sum's for most rows (%d of %d)",
                  tighter, compared);
