@@ -706,6 +706,24 @@ Test(cpu_kernels, dot_q8_bitwise_equal_across_isa_levels) {
 
 static const int k_pack_types[] = {TD_TYPE_Q8_0, TD_TYPE_Q4_K};
 
+/* G groups of random rows of n values: the stored rows in *W (row_bytes
+ * *bytes apart), returned packed by op (64-byte aligned) */
+static uint8_t *random_packed(const td_cpu_type_ops *op, int type, int64_t n, int64_t G, uint8_t **W, size_t *bytes) {
+    const int64_t rows = G * TD_CPU_PACK_ROWS;
+    *bytes = td_type_row_bytes(type, n);
+    *W = malloc(*bytes * (size_t)rows);
+    for (int64_t r = 0; r < rows; r++) {
+        size_t b2;
+        uint8_t *w = random_row(type, n, &b2);
+        memcpy(*W + (size_t)r * *bytes, w, *bytes);
+        free(w);
+    }
+    const size_t gb = op->pack_bytes(n);
+    uint8_t *P = aligned_alloc(64, (gb * (size_t)G + 63) / 64 * 64);
+    for (int64_t g = 0; g < G; g++) op->pack(P + g * gb, *W + (size_t)(g * TD_CPU_PACK_ROWS) * *bytes, *bytes, n);
+    return P;
+}
+
 Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
     rng_state = 31;
     td_cpu_kernels c;
@@ -727,18 +745,8 @@ Test(cpu_kernels, gemm_q8_packed_bitwise_equal_to_c_dot_q8) {
             for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
                 for (size_t tj = 0; tj < sizeof Ts / sizeof Ts[0]; tj++) {
                     const int64_t n = lens[li], T = Ts[tj], G = 5, rows = G * TD_CPU_PACK_ROWS, ns = n / 32;
-                    size_t bytes = td_type_row_bytes(type, n);
-                    uint8_t *W = malloc(bytes * (size_t)rows);
-                    for (int64_t r = 0; r < rows; r++) {
-                        size_t b2;
-                        uint8_t *w = random_row(type, n, &b2);
-                        memcpy(W + (size_t)r * bytes, w, bytes);
-                        free(w);
-                    }
-                    const size_t gb = op->pack_bytes(n);
-                    uint8_t *P = aligned_alloc(64, gb * (size_t)G);
-                    for (int64_t g = 0; g < G; g++)
-                        op->pack(P + g * gb, W + (size_t)(g * TD_CPU_PACK_ROWS) * bytes, bytes, n);
+                    size_t bytes;
+                    uint8_t *W, *P = random_packed(op, type, n, G, &W, &bytes);
                     float *x = malloc((size_t)(T * n) * sizeof *x), *d = malloc((size_t)(T * ns) * sizeof *d);
                     float *d16 = malloc((size_t)(2 * T * ns) * sizeof *d16);
                     float *d32 = malloc((size_t)(T * ns) * sizeof *d32);
@@ -824,17 +832,8 @@ Test(cpu_kernels, gemv_x32_within_the_integer_bound) {
         for (size_t li = 0; li < sizeof lens / sizeof lens[0]; li++)
             for (int pat = 0; pat < 6; pat++) {
                 const int64_t n = lens[li], G = 3, rows = G * TD_CPU_PACK_ROWS, nb = n / 32;
-                const size_t bytes = td_type_row_bytes(type, n);
-                uint8_t *W = malloc(bytes * (size_t)rows);
-                for (int64_t r = 0; r < rows; r++) {
-                    size_t b2;
-                    uint8_t *w = random_row(type, n, &b2);
-                    memcpy(W + (size_t)r * bytes, w, bytes);
-                    free(w);
-                }
-                const size_t gb = op->pack_bytes(n);
-                uint8_t *P = aligned_alloc(64, (gb * (size_t)G + 63) / 64 * 64);
-                for (int64_t g = 0; g < G; g++) op->pack(P + g * gb, W + (size_t)(g * TD_CPU_PACK_ROWS) * bytes, bytes, n);
+                size_t bytes;
+                uint8_t *W, *P = random_packed(op, type, n, G, &W, &bytes);
                 float *x = malloc((size_t)n * sizeof *x);
                 for (int64_t i = 0; i < n; i++) {
                     const double u = urnd();
