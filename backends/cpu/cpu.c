@@ -1742,7 +1742,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
              "prefill %s",
              b->act_q8           ? "act-q8 (matmul inputs rounded as llama.cpp's CPU path: Q8_0, Q8_K, f16, bf16)"
              : b->k.prep_x32 && b->k.type[TD_TYPE_Q8_0].gemv_x32
-                 ? "native (f32 activations; Q8_0 products on integers, exact per block)"
+                 ? "native (f32 activations; Q8_0 and Q4_K products on integers, exact per block)"
                  : "native (f32 activations)",
              td_cpu_isa_name(b->k.isa), b->n_threads,
 #ifdef TD_HAVE_OPENBLAS
