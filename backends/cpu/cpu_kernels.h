@@ -96,7 +96,7 @@ typedef void (*td_cpu_gemm_q8_fn)(const void *packed, int64_t n_groups, const td
  * together exactly; blocks are scaled (d 2^-s, and Q4_K's minimum term from
  * Σ X_i = corr / 128) and summed in double, the
  * row rounded to f32 once. More exact than any f32 order (README "Native
- * Q8_0 on integers"). prep_x32 writes one row's form and returns 1, or 0
+ * Q8_0 and Q4_K on integers"). prep_x32 writes one row's form and returns 1, or 0
  * when the row holds a non-finite value (the caller then takes `dot`).
  * gemv_x32 computes y[r] = dot(row r) + bias[r] (+ 0 without bias) for the
  * rows of n_groups consecutive packed groups and one token. */

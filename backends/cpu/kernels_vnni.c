@@ -310,7 +310,7 @@ TGT static void gemm_q8_q4_k(const void *packed, int64_t n_groups, const td_cpu_
 }
 
 /* ===================================================================== */
-/* native Q8_0 on packed weights: activations as exact integers           */
+/* native Q8_0 and Q4_K on packed weights: activations as exact integers  */
 /* ===================================================================== */
 /* cpu_kernels.h td_cpu_x32. The codes are w + 128 (unsigned), so a digit
  * row's vpdpbusd sum is Σ w d + 128 Σ d, and the four digit sums put
@@ -374,11 +374,34 @@ TGTI static inline __m512d hi_pd(__m512i v) {
     return _mm512_cvtepi32_pd(_mm512_extracti64x4_epi64(v, 1));
 }
 
+/* 16 f16 at p as two halves of 8 doubles (exact) */
+TGTI static inline void f16x16_pd(const uint8_t *p, __m512d *lo, __m512d *hi) {
+    const __m512 v = f16x16(p);
+    *lo = _mm512_cvtps_pd(_mm512_castps512_ps256(v));
+    *hi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)));
+}
+
+/* a block's four digit sums r (|r| < 2^20) put together, Σ 256^k r_k, as
+ * two halves of 8 doubles: L and H are exact in int32, H 2^16 + L in double */
+TGTI static inline void x32_join(const __m512i r[4], __m512d *lo, __m512d *hi) {
+    const __m512d k16 = _mm512_set1_pd(65536.0);
+    const __m512i L = _mm512_add_epi32(r[0], _mm512_slli_epi32(r[1], 8));
+    const __m512i H = _mm512_add_epi32(r[2], _mm512_slli_epi32(r[3], 8));
+    *lo = _mm512_fmadd_pd(lo_pd(H), k16, lo_pd(L));
+    *hi = _mm512_fmadd_pd(hi_pd(H), k16, hi_pd(L));
+}
+
+/* the 16 rows' double sums rounded to f32, put16 */
+TGTI static inline void put16_pd(float *y, __m512d y0, __m512d y1, const float *bias) {
+    const __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0))),
+                                                         _mm256_castps_pd(_mm512_cvtpd_ps(y1)), 1));
+    put16(y, v, bias);
+}
+
 TGT static void gemv_x32_q8_0(const void *packed, int64_t n_groups, const td_cpu_x32 *x, int64_t n, float *y,
                               const float *bias) {
     const int64_t nb = n / 32;
     const size_t gbytes = td_cpu_pack_bytes_q8_0(n);
-    const __m512d k16 = _mm512_set1_pd(65536.0);
     for (int64_t g = 0; g < n_groups; g++) {
         const uint8_t *pk = (const uint8_t *)packed + (size_t)g * gbytes;
         __m512d y0 = _mm512_setzero_pd(), y1 = _mm512_setzero_pd();
@@ -395,22 +418,14 @@ TGT static void gemv_x32_q8_0(const void *packed, int64_t n_groups, const td_cpu
                 for (int k = 0; k < 4; k++) r[k] = _mm512_dpbusd_epi32(r[k], w, bcast4(a + 32 * k + 4 * i));
             }
             if (j % 2) _mm_prefetch((const char *)pk + 1088 * (j / 2) + 1024 + PF_Q8_0, _MM_HINT_T0);
-            // each r < 2^20 in size: L and H are exact in int32, H 2^16 + L in double
-            const __m512i L = _mm512_add_epi32(r[0], _mm512_slli_epi32(r[1], 8));
-            const __m512i H = _mm512_add_epi32(r[2], _mm512_slli_epi32(r[3], 8));
+            __m512d b0, b1, d0, d1;
+            x32_join(r, &b0, &b1);
             const __m512d c = _mm512_set1_pd(x->corr[j]), s = _mm512_set1_pd(x->sc[j]);
-            const __m512d b0 = _mm512_sub_pd(_mm512_fmadd_pd(lo_pd(H), k16, lo_pd(L)), c);
-            const __m512d b1 = _mm512_sub_pd(_mm512_fmadd_pd(hi_pd(H), k16, hi_pd(L)), c);
-            const __m512 dw = f16x16(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2));
-            const __m512d d0 = _mm512_mul_pd(_mm512_cvtps_pd(_mm512_castps512_ps256(dw)), s);
-            const __m512d d1 = _mm512_mul_pd(
-                _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dw), 1))), s);
-            y0 = _mm512_fmadd_pd(b0, d0, y0);
-            y1 = _mm512_fmadd_pd(b1, d1, y1);
+            f16x16_pd(pk + 1088 * (j / 2) + 1024 + 32 * (j % 2), &d0, &d1);
+            y0 = _mm512_fmadd_pd(_mm512_sub_pd(b0, c), _mm512_mul_pd(d0, s), y0);
+            y1 = _mm512_fmadd_pd(_mm512_sub_pd(b1, c), _mm512_mul_pd(d1, s), y1);
         }
-        const __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0))),
-                                                             _mm256_castps_pd(_mm512_cvtpd_ps(y1)), 1));
-        put16(y + 16 * g, v, bias ? bias + 16 * g : NULL);
+        put16_pd(y + 16 * g, y0, y1, bias ? bias + 16 * g : NULL);
     }
 }
 
@@ -423,16 +438,13 @@ TGT static void gemv_x32_q4_k(const void *packed, int64_t n_groups, const td_cpu
     const int64_t nsb = n / TD_QK_K;
     const size_t gbytes = (size_t)nsb * 2368;
     const __m512i m4 = _mm512_set1_epi8(0x0F);
-    const __m512d k16 = _mm512_set1_pd(65536.0);
     for (int64_t g = 0; g < n_groups; g++) {
         __m512d y0 = _mm512_setzero_pd(), y1 = _mm512_setzero_pd();
         for (int64_t sb = 0; sb < nsb; sb++) {
             const uint8_t *G = (const uint8_t *)packed + (size_t)g * gbytes + (size_t)sb * 2368;
-            const __m512 d = f16x16(G + 2304), dmin = f16x16(G + 2336);
-            const __m512d dlo = _mm512_cvtps_pd(_mm512_castps512_ps256(d));
-            const __m512d dhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(d), 1)));
-            const __m512d mlo = _mm512_cvtps_pd(_mm512_castps512_ps256(dmin));
-            const __m512d mhi = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(dmin), 1)));
+            __m512d dlo, dhi, mlo, mhi;
+            f16x16_pd(G + 2304, &dlo, &dhi);
+            f16x16_pd(G + 2336, &mlo, &mhi);
 #pragma GCC unroll 1
             for (int c = 0; c < 4; c++) {
                 __m512i r[2][4];
@@ -459,11 +471,8 @@ TGT static void gemv_x32_q4_k(const void *packed, int64_t n_groups, const td_cpu
 #pragma GCC unroll 4
                         for (int k = 0; k < 4; k++) r[1][k] = _mm512_srai_epi32(r[1][k], 4);
                     const int64_t j = j0 + h;
-                    // |r| < 2^19: L and H exact in int32, Σ q X = H 2^16 + L exact in double
-                    const __m512i L = _mm512_add_epi32(r[h][0], _mm512_slli_epi32(r[h][1], 8));
-                    const __m512i H = _mm512_add_epi32(r[h][2], _mm512_slli_epi32(r[h][3], 8));
-                    const __m512d blo = _mm512_fmadd_pd(lo_pd(H), k16, lo_pd(L));
-                    const __m512d bhi = _mm512_fmadd_pd(hi_pd(H), k16, hi_pd(L));
+                    __m512d blo, bhi; // Σ q X
+                    x32_join(r[h], &blo, &bhi);
                     const int sub = 2 * c + h;
                     const __m512i sc = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2048 + 16 * sub)));
                     const __m512i mn = _mm512_cvtepu8_epi32(_mm_loadu_si128((const __m128i_u *)(G + 2176 + 16 * sub)));
@@ -480,9 +489,7 @@ TGT static void gemv_x32_q4_k(const void *packed, int64_t n_groups, const td_cpu
 #pragma GCC unroll 8
             for (int l = 0; l < 5; l++) _mm_prefetch((const char *)G + PF_Q4K + 2048 + 64 * l, _MM_HINT_T0);
         }
-        const __m512 v = _mm512_castpd_ps(_mm512_insertf64x4(_mm512_castps_pd(_mm512_castps256_ps512(_mm512_cvtpd_ps(y0))),
-                                                             _mm256_castps_pd(_mm512_cvtpd_ps(y1)), 1));
-        put16(y + 16 * g, v, bias ? bias + 16 * g : NULL);
+        put16_pd(y + 16 * g, y0, y1, bias ? bias + 16 * g : NULL);
     }
 }
 
