@@ -144,8 +144,7 @@ typedef struct mm_seg {
     const uint8_t *packed; // act-q8 on packed weights: row0's group (rows in groups of TD_CPU_PACK_ROWS), or NULL
     size_t pack_group;     // bytes per packed group
     int native_packed;     // packed, native: gemv_x32 per token on in's FMT_X32 form
-    const int8_t *x32q;    // token 0's (the segment's first row of in) FMT_X32 arrays
-    const double *x32sc, *x32corr;
+    td_cpu_x32 x32;        // token 0's (the segment's first row of in) FMT_X32 arrays
     const uint8_t *x32ok;
     int64_t chunk;         // output rows per task
     int64_t task0, n_tasks;
@@ -292,23 +291,24 @@ static void mm_packed_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t 
 }
 
 /* native rows r0 .. r0+nr of a packed segment, token by token: a token
- * with a non-finite value takes the per-row f32 kernel (its NaN and
- * infinities as every other path has them) */
-static void mm_native_packed_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr) {
+ * with a non-finite value takes the f32 kernels on the stored rows, as a
+ * one-token segment (its NaN and infinities as every other path has them) */
+static void mm_native_packed_rows(cpu_backend *b, const mm_seg *s, int64_t r0, int64_t nr, int th) {
     const td_cpu_type_ops *op = &b->k.type[s->W->type];
-    const int64_t n = s->n_in, ns = n / 32;
+    const int64_t n = s->n_in, ns = n / TD_CPU_XSUM_GROUP;
     for (int64_t t = 0; t < s->T; t++) {
-        float *y = s->y + t * s->ldy + r0;
         if (s->x32ok[t]) {
-            const td_cpu_x32 xt = {s->x32q + t * 4 * n, s->x32sc + t * ns, s->x32corr + t * ns};
-            op->gemv_x32(s->packed + (size_t)(r0 / TD_CPU_PACK_ROWS) * s->pack_group, nr / TD_CPU_PACK_ROWS, &xt, n, y,
-                         s->bias ? s->bias + r0 : NULL);
+            const td_cpu_x32 xt = {s->x32.q + t * 4 * n, s->x32.sc + t * ns, s->x32.corr + t * ns};
+            op->gemv_x32(s->packed + (size_t)(r0 / TD_CPU_PACK_ROWS) * s->pack_group, nr / TD_CPU_PACK_ROWS, &xt, n,
+                         s->y + t * s->ldy + r0, s->bias ? s->bias + r0 : NULL);
             continue;
         }
-        for (int64_t i = 0; i < nr; i++)
-            y[i] = op->dot(td_tensor_row(s->W, (uint64_t)(s->row0 + r0 + i)), s->x + t * n,
-                           s->xsum ? s->xsum + t * ns : NULL, n) +
-                   (s->bias ? s->bias[r0 + i] : 0.0f);
+        mm_seg one = *s;
+        one.T = 1;
+        one.x = s->x + t * n;
+        one.xsum = s->xsum ? s->xsum + t * ns : NULL;
+        one.y = s->y + t * s->ldy;
+        mm_dot_rows(b, &one, r0, nr, th);
     }
 }
 
@@ -325,7 +325,7 @@ static void mm_task(void *ctx, int64_t task, int th) {
     const int64_t r0 = (task - s->task0) * s->chunk;
     const int64_t nr = s->n_out - r0 < s->chunk ? s->n_out - r0 : s->chunk;
     if (s->native_packed) {
-        mm_native_packed_rows(j->b, s, r0, nr);
+        mm_native_packed_rows(j->b, s, r0, nr, th);
         return;
     }
     if (s->packed) {
@@ -346,8 +346,7 @@ static void mm_task(void *ctx, int64_t task, int th) {
  * the type, else 0. */
 static unsigned act_fmt(const cpu_backend *b, int type) {
     td_act_fmt f;
-    // the f32 `dot` takes a row with a non-finite value
-    if (!b->act_q8) return b->k.prep_x32 && b->k.type[type].gemv_x32 && b->k.type[type].dot ? FMT_X32 : 0;
+    if (!b->act_q8) return b->k.prep_x32 && b->k.type[type].gemv_x32 ? FMT_X32 : 0;
     if (td_act_format(type, &f)) return 0;
     switch (f) {
     case TD_ACT_Q8_0: case TD_ACT_Q8_1: return FMT_Q8_0;
@@ -414,9 +413,7 @@ static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row
             s->pack_group = op->pack_bytes(n);
             s->packed = pk + (size_t)(row0 / TD_CPU_PACK_ROWS) * s->pack_group;
             s->native_packed = 1;
-            s->x32q = in->x32q + r0 * 4 * n;
-            s->x32sc = in->x32sc + r0 * ns;
-            s->x32corr = in->x32corr + r0 * ns;
+            s->x32 = (td_cpu_x32){in->x32q + r0 * 4 * n, in->x32sc + r0 * ns, in->x32corr + r0 * ns};
             s->x32ok = in->x32ok + r0;
         }
     } else if (fmt & (FMT_Q8_0 | FMT_Q8_K)) {
