@@ -21,6 +21,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <unistd.h>
 
 #ifdef TD_HAVE_OPENBLAS
@@ -210,6 +211,10 @@ typedef struct cpu_backend {
         uint8_t *p;
     } *packs;
     int n_packs, cap_packs;
+    // the copies' memory (pack_alloc): chunks handed out in order
+    uint8_t **pack_chunks;
+    int n_pack_chunks;
+    size_t pack_used, pack_cap; // in the last chunk
     cpu_acts a;
     char version[320];
     struct cpu_q4 *q4;          // qwen4exp's own state (cpu_hc.c), NULL for other architectures
@@ -357,6 +362,34 @@ static unsigned act_fmt(const cpu_backend *b, int type) {
     }
 }
 
+/* Memory for packed copies, cut in order from chunks of PACK_CHUNK or more
+ * in 2 MiB pages where the kernel gives them on request (transparent huge
+ * pages, "madvise" mode): decode reads every copy once per token, and 4 KiB
+ * pages cost a TLB miss and, when first written, a fault each (measured: a
+ * third of the CPU time of bench-q8_0's 64-token run). One region for all,
+ * because a model's matrices are a few MiB each: a 2 MiB page per matrix
+ * would round each up. Without huge pages the madvise fails and the chunks
+ * keep 4 KiB pages. NULL: no memory. */
+#define PACK_HUGE ((size_t)2 << 20)
+#define PACK_CHUNK ((size_t)64 << 20)
+static uint8_t *pack_alloc(cpu_backend *b, size_t bytes) {
+    bytes = (bytes + 63) / 64 * 64;
+    if (!b->n_pack_chunks || b->pack_cap - b->pack_used < bytes) {
+        const size_t cap = (bytes > PACK_CHUNK ? bytes + PACK_HUGE - 1 : PACK_CHUNK) / PACK_HUGE * PACK_HUGE;
+        void *p = NULL;
+        if (posix_memalign(&p, PACK_HUGE, cap)) return NULL;
+#ifdef MADV_HUGEPAGE
+        madvise(p, cap, MADV_HUGEPAGE);
+#endif
+        b->pack_chunks = td_xrealloc(b->pack_chunks, (size_t)(b->n_pack_chunks + 1) * sizeof *b->pack_chunks);
+        b->pack_chunks[b->n_pack_chunks++] = p;
+        b->pack_used = 0, b->pack_cap = cap;
+    }
+    uint8_t *p = b->pack_chunks[b->n_pack_chunks - 1] + b->pack_used;
+    b->pack_used += bytes;
+    return p;
+}
+
 /* W in the packed layout, packed now if this is its first product, or NULL
  * when this level has no packed kernel for its type (or a fault patch took
  * the per-row kernel away: the packed one goes with it) or its rows do not
@@ -369,7 +402,7 @@ static const uint8_t *packed_weights(cpu_backend *b, const td_tensor *W) {
     if (((op->gemm_q8 && op->dot_q8) || op->gemv_x32) && W->n_rows % TD_CPU_PACK_ROWS == 0) {
         const size_t gb = op->pack_bytes(W->ne[0]), ng = W->n_rows / TD_CPU_PACK_ROWS;
         // no memory for the copy: the per-row kernels still run on the stored rows
-        p = aligned_alloc(64, (gb * ng + 63) / 64 * 64);
+        p = pack_alloc(b, gb * ng);
         for (size_t g = 0; p && g < ng; g++)
             op->pack(p + g * gb, td_tensor_row(W, g * TD_CPU_PACK_ROWS), W->row_bytes, W->ne[0]);
     }
@@ -1434,7 +1467,8 @@ static void cpu_close(td_backend *base) {
     }
     free(b->layers), free(b->out_norm), free(b->rope_ff);
     free(b->tile), free(b->rowbuf), free(b->att), free(b->segs);
-    for (int i = 0; i < b->n_packs; i++) free(b->packs[i].p);
+    for (int i = 0; i < b->n_pack_chunks; i++) free(b->pack_chunks[i]);
+    free(b->pack_chunks);
     free(b->packs);
     acts_free(&b->a);
     q4_free(b);
