@@ -2,6 +2,7 @@
  * rounding formulas the reference applies at their points. */
 #include "profile.h"
 
+#include <inttypes.h>
 #include <math.h>
 #include <pthread.h>
 #include <stdio.h>
@@ -71,6 +72,7 @@ typedef struct ties_state {
     int n_flips;
     td_act_tie *log;
     int n_log, cap_log;
+    int64_t n_dropped; /* near-ties past TD_ACT_TIES_LOG_MAX */
     char site[48];          /* td_act_ties_site: the weight (or attention part) rows feed next */
     int n_named; /* log entries already named after the tap that followed them */
     char src[40];           /* td_act_ties_source: the tap the call src_call reads */
@@ -166,10 +168,22 @@ void td_act_ties_source_of(const void *data, int64_t offset) {
     td_act_ties_source(-1, NULL, 0);
 }
 
+static int64_t g_ties_dropped; // the last ended session's n_dropped
+
 void td_act_ties_end(td_act_tie **log, int *n) {
     if (log) *log = g_ties.log, *n = g_ties.n_log;
     else free(g_ties.log);
+    g_ties_dropped = g_ties.n_dropped;
+    if (g_ties.n_dropped)
+        fprintf(stderr,
+                "tapdiff: ties: the oracle met %" PRId64 " more near-ties than its log keeps (the first %d): "
+                "their sides cannot be taken\n",
+                g_ties.n_dropped, TD_ACT_TIES_LOG_MAX);
     g_ties = (ties_state){0};
+}
+
+int64_t td_act_ties_dropped(void) {
+    return g_ties_dropped;
 }
 
 void td_act_ties_site(const char *weight) {
@@ -209,6 +223,11 @@ static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, dou
         if ((pinned = t->step == me.step && t->call == me.call && t->elem == me.elem && t->f16 == f16)) *pick = t->pick;
     }
     pthread_mutex_lock(&g_ties_lock);
+    if (g_ties.n_log == TD_ACT_TIES_LOG_MAX) {
+        g_ties.n_dropped++;
+        pthread_mutex_unlock(&g_ties_lock);
+        return pinned;
+    }
     if (g_ties.n_log == g_ties.cap_log) {
         g_ties.cap_log = g_ties.cap_log ? 2 * g_ties.cap_log : 64;
         g_ties.log = td_xrealloc(g_ties.log, (size_t)g_ties.cap_log * sizeof *g_ties.log);

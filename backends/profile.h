@@ -306,6 +306,14 @@ void td_act_ties_forward(void);
 /* Closes the session; *log (free() it) and *n receive the near-ties met in
  * order, or log NULL to drop them. */
 void td_act_ties_end(td_act_tie **log, int *n);
+/* A session logs at most TD_ACT_TIES_LOG_MAX near-ties (~60 MB), the first
+ * it meets: a wide window (rope-trig@U at long positions on a real GPU takes
+ * nearly every Q and K value of a row) would otherwise grow the log with the
+ * model and the prompt. Pins still apply past it; the near-ties not logged
+ * cannot be taken, and td_act_ties_end says on stderr how many there were.
+ * td_act_ties_dropped: that count for the last session ended. */
+#define TD_ACT_TIES_LOG_MAX (1 << 18)
+int64_t td_act_ties_dropped(void);
 /* Names the weight the rows rounded next are multiplied with (copied; no-op
  * outside a session): a log entry's site. td_act_ties_site_of names a part
  * of a layer that is no weight (layer >= 0: blk.<layer>.<name>): attention's

@@ -565,6 +565,38 @@ Test(act_q8, rope_trig_widens_the_window_of_rope_sourced_f16_roundings) {
     }
 }
 
+/* The log is capped (TD_ACT_TIES_LOG_MAX): under a window as wide as the
+ * row's largest value (rope-trig@U at long positions) every value is a
+ * near-tie, and the log grew with the model and the prompt. The first ones
+ * are kept in order, the rest counted; a pin past the cap still applies. */
+Test(act_q8, ties_log_stops_at_its_cap_and_pins_still_apply) {
+    const int64_t n = TD_ACT_TIES_LOG_MAX + 1000;
+    double *x = malloc((size_t)n * sizeof *x), *y = malloc((size_t)n * sizeof *y);
+    cr_assert(x && y);
+    for (int64_t i = 0; i < n; i++) x[i] = (i % 2 ? -1 : 1) * (0.25 + 0.5 * (double)(1 + i % 976) / 977.0); // never on the f16 grid
+    // the last value pinned to its other f16 neighbour
+    const double last = td_f16_to_f32(td_f32_to_f16((float)x[n - 1]));
+    td_act_tie pin = {.step = 0, .call = 0, .elem = n - 1, .f16 = 1, .pick = last + 0x1p-11};
+    td_act_tie *log = NULL;
+    int n_log = 0;
+    td_act_ties_begin(&pin, 1, 1.0 / 1024);
+    td_act_ties_forward();
+    td_act_ties_source(0, "attn_q_rope", 0);
+    td_act_ties_source_near(1.0);
+    td_act_round_f64(y, x, n, TD_ACT_F16);
+    td_act_ties_end(&log, &n_log);
+    cr_assert_eq(n_log, TD_ACT_TIES_LOG_MAX, "log of %d entries", n_log);
+    cr_assert_eq(td_act_ties_dropped(), 1000, "dropped %lld", (long long)td_act_ties_dropped());
+    for (int i = 0; i < n_log; i += 4099) cr_assert_eq(log[i].elem, i, "entry %d is element %lld", i, (long long)log[i].elem);
+    cr_assert_eq(y[n - 1], pin.pick, "the pin past the cap: %.9g", y[n - 1]);
+    free(log);
+    td_act_ties_begin(NULL, 0, 1.0 / 1024);
+    td_act_ties_end(NULL, NULL);
+    cr_assert_eq(td_act_ties_dropped(), 0, "a new session starts from none");
+    free(x);
+    free(y);
+}
+
 /* F16 / BF16: round to nearest, ties to even. 1 + 2^-11 is half an f16 ulp
  * above 1 -> 1; 1 + 3*2^-11 -> 1 + 2^-9 (the even neighbour); bf16 has 8
  * significant bits: 1 + 2^-8 -> 1, 1 + 3*2^-8 -> 1 + 2^-6. */
