@@ -390,6 +390,26 @@ static uint8_t *pack_alloc(cpu_backend *b, size_t bytes) {
     return p;
 }
 
+/* Packing on every thread: a copy's first write is also where its pages are
+ * faulted in and zeroed, most of the packing's time (a bench-q8_0 run's first
+ * forward). PACK_TASK groups of 16 rows per task. */
+#define PACK_TASK 16
+typedef struct {
+    const td_cpu_type_ops *op;
+    const td_tensor *W;
+    uint8_t *p;
+    size_t gb;
+    int64_t ng;
+} pack_job;
+
+static void pack_task(void *ctx, int64_t task, int th) {
+    (void)th;
+    const pack_job *j = ctx;
+    for (int64_t g = task * PACK_TASK; g < j->ng && g < (task + 1) * PACK_TASK; g++)
+        j->op->pack(j->p + (size_t)g * j->gb, td_tensor_row(j->W, (uint64_t)g * TD_CPU_PACK_ROWS), j->W->row_bytes,
+                    j->W->ne[0]);
+}
+
 /* W in the packed layout, packed now if this is its first product, or NULL
  * when this level has no packed kernel for its type (or a fault patch took
  * the per-row kernel away: the packed one goes with it) or its rows do not
@@ -403,8 +423,8 @@ static const uint8_t *packed_weights(cpu_backend *b, const td_tensor *W) {
         const size_t gb = op->pack_bytes(W->ne[0]), ng = W->n_rows / TD_CPU_PACK_ROWS;
         // no memory for the copy: the per-row kernels still run on the stored rows
         p = pack_alloc(b, gb * ng);
-        for (size_t g = 0; p && g < ng; g++)
-            op->pack(p + g * gb, td_tensor_row(W, g * TD_CPU_PACK_ROWS), W->row_bytes, W->ne[0]);
+        pack_job j = {op, W, p, gb, (int64_t)ng};
+        if (p) td_cpu_pool_run(b->pool, (j.ng + PACK_TASK - 1) / PACK_TASK, pack_task, &j);
     }
     if (b->n_packs == b->cap_packs) {
         b->cap_packs = b->cap_packs ? 2 * b->cap_packs : 64;
