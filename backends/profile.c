@@ -72,7 +72,8 @@ typedef struct ties_state {
     int n_flips;
     td_act_tie *log;
     int n_log, cap_log;
-    int64_t n_dropped; /* near-ties past TD_ACT_TIES_LOG_MAX */
+    int64_t n_dropped; /* near-ties past log_max */
+    int log_max;       /* TD_ACT_TIES_LOG_MAX, or less under TD_TIES_LOG_MAX (tests) */
     char site[48];          /* td_act_ties_site: the weight (or attention part) rows feed next */
     int n_named; /* log entries already named after the tap that followed them */
     char src[40];           /* td_act_ties_source: the tap the call src_call reads */
@@ -92,6 +93,9 @@ static pthread_mutex_t g_ties_lock = PTHREAD_MUTEX_INITIALIZER; // the log, when
 void td_act_ties_begin(const td_act_tie *flips, int n_flips, double tau) {
     free(g_ties.log);
     g_ties = (ties_state){.on = 1, .tau = tau, .step = -1, .call = -1, .flips = flips, .n_flips = n_flips, .src_call = -2};
+    const char *e = getenv("TD_TIES_LOG_MAX");
+    const long cap = e ? atol(e) : 0;
+    g_ties.log_max = cap >= 1 && cap < TD_ACT_TIES_LOG_MAX ? (int)cap : TD_ACT_TIES_LOG_MAX;
 }
 
 void td_act_ties_forward(void) {
@@ -178,7 +182,7 @@ void td_act_ties_end(td_act_tie **log, int *n) {
         fprintf(stderr,
                 "tapdiff: ties: the oracle met %" PRId64 " more near-ties than its log keeps (the first %d): "
                 "their sides cannot be taken\n",
-                g_ties.n_dropped, TD_ACT_TIES_LOG_MAX);
+                g_ties.n_dropped, g_ties.log_max);
     g_ties = (ties_state){0};
 }
 
@@ -223,7 +227,7 @@ static int tie_pinned_kind(int64_t call, double v, int64_t elem, double alt, dou
         if ((pinned = t->step == me.step && t->call == me.call && t->elem == me.elem && t->f16 == f16)) *pick = t->pick;
     }
     pthread_mutex_lock(&g_ties_lock);
-    if (g_ties.n_log == TD_ACT_TIES_LOG_MAX) {
+    if (g_ties.n_log >= g_ties.log_max) {
         g_ties.n_dropped++;
         pthread_mutex_unlock(&g_ties_lock);
         return pinned;

@@ -311,7 +311,8 @@ void td_act_ties_end(td_act_tie **log, int *n);
  * nearly every Q and K value of a row) would otherwise grow the log with the
  * model and the prompt. Pins still apply past it; the near-ties not logged
  * cannot be taken, and td_act_ties_end says on stderr how many there were.
- * td_act_ties_dropped: that count for the last session ended. */
+ * td_act_ties_dropped: that count for the last session ended. The
+ * environment variable TD_TIES_LOG_MAX=N (1 <= N) lowers the cap (tests). */
 #define TD_ACT_TIES_LOG_MAX (1 << 18)
 int64_t td_act_ties_dropped(void);
 /* Names the weight the rows rounded next are multiplied with (copied; no-op

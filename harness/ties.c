@@ -9,9 +9,10 @@
 #include "types.h"
 
 /* Runs the oracle pinned as configured, with `flips`, into path (NULL: taps
- * off); the near-ties it met go to *log. */
-static int rerun(const td_run_config *base, const char *path, const td_act_tie *flips, int n_flips, td_act_tie **log,
-                 int *n_log, td_err *err) {
+ * off); the near-ties it met go to *log, those past the log's cap are
+ * counted in rep->n_unlogged. */
+static int rerun(td_ties_report *rep, const td_run_config *base, const char *path, const td_act_tie *flips,
+                 int n_flips, td_act_tie **log, int *n_log, td_err *err) {
     td_run_config c = *base;
     c.tap_path = path;
     c.on_step = NULL;
@@ -19,6 +20,7 @@ static int rerun(const td_run_config *base, const char *path, const td_act_tie *
     td_act_ties_begin(flips, n_flips, TD_TIES_TAU);
     int rc = td_run(&c, &res, err);
     td_act_ties_end(log, n_log);
+    if (td_act_ties_dropped() > rep->n_unlogged) rep->n_unlogged = td_act_ties_dropped();
     if (rc == TD_OK) td_run_result_free(&res);
     return rc;
 }
@@ -196,10 +198,10 @@ static int read_rounds(const td_run_config *oracle, const td_run_config *control
             break;
         free(*log);
         *log = NULL;
-        rc = rerun(oracle, oracle->tap_path, rep->flips, rep->n_flips, log, n_log, err);
+        rc = rerun(rep, oracle, oracle->tap_path, rep->flips, rep->n_flips, log, n_log, err);
         td_act_tie *cv = NULL;
         int n_cv = -1;
-        if (rc == TD_OK) rc = rerun(control, control->tap_path, rep->flips, rep->n_flips, &cv, &n_cv, err);
+        if (rc == TD_OK) rc = rerun(rep, control, control->tap_path, rep->flips, rep->n_flips, &cv, &n_cv, err);
         control_log_set(clog, cv, n_cv);
         rep->n_reruns++;
         if (rc == TD_OK) {
@@ -251,7 +253,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
     control_log clog = {.n = -1};
     agreed_ties agreed = {0};
     int n_log = 0;
-    int rc = rerun(oracle, NULL, NULL, 0, &log, &n_log, err);
+    int rc = rerun(rep, oracle, NULL, NULL, 0, &log, &n_log, err);
     rep->n_reruns++;
     rc = rc == TD_OK ? read_rounds(oracle, control, b_path, o, r, rep, &log, &n_log, &clog, &agreed, err) : rc;
     while (rc == TD_OK && (*r)->verdict != TD_OK && (*r)->first >= 0 && ties_room(rep)) {
@@ -287,7 +289,7 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                 if (clog.n < 0) { // once per set of flips: a control run with taps off
                     td_act_tie *cv = NULL;
                     int n_cv = -1;
-                    rc = rerun(control, NULL, rep->flips, rep->n_flips, &cv, &n_cv, err);
+                    rc = rerun(rep, control, NULL, rep->flips, rep->n_flips, &cv, &n_cv, err);
                     control_log_set(&clog, cv, n_cv);
                     rep->n_reruns++;
                     if (rc != TD_OK) break;
@@ -307,11 +309,11 @@ int td_ties_follow(const td_run_config *oracle, const td_run_config *control, co
                 rep->n_flips = n_kept, rep->n_values = v_kept;
                 td_act_tie *log2 = NULL, *clog2 = NULL;
                 int n_log2 = 0, n_clog2 = -1;
-                rc = rerun(oracle, try_path, rep->flips, n_try, &log2, &n_log2, err);
+                rc = rerun(rep, oracle, try_path, rep->flips, n_try, &log2, &n_log2, err);
                 // the control takes the same side, so the budgets after the tie stay f32 rounding.
                 // Its near ties are kept too: the session logs them whether kept or not, and
                 // when the flip is kept they spare phase 1 a control run under the new flips.
-                if (rc == TD_OK) rc = rerun(control, try_ctrl, rep->flips, n_try, &clog2, &n_clog2, err);
+                if (rc == TD_OK) rc = rerun(rep, control, try_ctrl, rep->flips, n_try, &clog2, &n_clog2, err);
                 rep->n_reruns++;
                 td_cmp_result *r2 = NULL;
                 if (rc == TD_OK) {

@@ -372,18 +372,37 @@ static unsigned act_fmt(const cpu_backend *b, int type) {
  * keep 4 KiB pages. NULL: no memory. */
 #define PACK_HUGE ((size_t)2 << 20)
 #define PACK_CHUNK ((size_t)64 << 20)
-static uint8_t *pack_alloc(cpu_backend *b, size_t bytes) {
-    bytes = (bytes + 63) / 64 * 64;
-    if (!b->n_pack_chunks || b->pack_cap - b->pack_used < bytes) {
-        const size_t cap = (bytes > PACK_CHUNK ? bytes + PACK_HUGE - 1 : PACK_CHUNK) / PACK_HUGE * PACK_HUGE;
-        void *p = NULL;
-        if (posix_memalign(&p, PACK_HUGE, cap)) return NULL;
+static uint8_t *pack_huge(size_t cap) {
+    void *p = NULL;
+    if (posix_memalign(&p, PACK_HUGE, cap)) return NULL;
 #ifdef MADV_HUGEPAGE
-        madvise(p, cap, MADV_HUGEPAGE);
+    madvise(p, cap, MADV_HUGEPAGE);
 #endif
+    return p;
+}
+
+static uint8_t *pack_alloc(cpu_backend *b, size_t bytes) {
+    bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
+    if (bytes > PACK_CHUNK) { // a chunk of its own; the open one (last) stays open
+        uint8_t *p = pack_huge((bytes + PACK_HUGE - 1) / PACK_HUGE * PACK_HUGE);
+        if (!p) return NULL;
+        b->pack_chunks = td_xrealloc(b->pack_chunks, (size_t)(b->n_pack_chunks + 1) * sizeof *b->pack_chunks);
+        b->pack_chunks[b->n_pack_chunks] = p;
+        if (b->n_pack_chunks) { // swapped below the open chunk
+            b->pack_chunks[b->n_pack_chunks] = b->pack_chunks[b->n_pack_chunks - 1];
+            b->pack_chunks[b->n_pack_chunks - 1] = p;
+        } else {
+            b->pack_used = b->pack_cap = 0; // no open chunk yet
+        }
+        b->n_pack_chunks++;
+        return p;
+    }
+    if (!b->n_pack_chunks || b->pack_cap - b->pack_used < bytes) {
+        uint8_t *p = pack_huge(PACK_CHUNK);
+        if (!p) return NULL;
         b->pack_chunks = td_xrealloc(b->pack_chunks, (size_t)(b->n_pack_chunks + 1) * sizeof *b->pack_chunks);
         b->pack_chunks[b->n_pack_chunks++] = p;
-        b->pack_used = 0, b->pack_cap = cap;
+        b->pack_used = 0, b->pack_cap = PACK_CHUNK;
     }
     uint8_t *p = b->pack_chunks[b->n_pack_chunks - 1] + b->pack_used;
     b->pack_used += bytes;

@@ -6,6 +6,7 @@
  * arithmetic profile, so the budget measures the same arithmetic choices), prints the verdict, writes the reports and
  * exits with the verdict (0 conformant, 1 divergent). */
 #include <errno.h>
+#include <inttypes.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -24,6 +25,15 @@
 #include "runner.h"
 #include "ties.h"
 #include "qsafollow.h"
+
+
+/* An oracle run met more near-ties than its log keeps (profile.h
+ * TD_ACT_TIES_LOG_MAX): the ties past it could not be taken. */
+static void print_unlogged(const char *who, int64_t n) {
+    printf("%sthe oracle met %" PRId64 " near-tie(s) past its log's cap (README \"Rounding ties\"): their sides "
+           "could not be taken, so a divergence on one of them is not explained\n",
+           who, n);
+}
 
 static const char *const bisect_help =
     "usage: tapdiff bisect --model M.gguf --a ARM --b ARM (--tokens LIST | --tokens-file F |\n"
@@ -392,6 +402,7 @@ static cJSON *col_json(const arm_col *c) {
     cJSON_AddNumberToObject(o, "logits_vs_oracle", c->logits_vs_oracle);
     cJSON_AddNumberToObject(o, "logits_vs_plain_oracle", c->logits_vs_plain);
     cJSON_AddNumberToObject(o, "oracle_ties_taken", c->ties.n_values);
+    if (c->ties.n_unlogged) cJSON_AddNumberToObject(o, "oracle_ties_unlogged", (double)c->ties.n_unlogged);
     if (c->qsa_model) cJSON_AddNumberToObject(o, "oracle_qsa_taken", c->qsa.n_rows);
     char *js = td_report_json(c->cr);
     cJSON *cmp = cJSON_Parse(js);
@@ -566,6 +577,8 @@ static int three_arm(const bisect_args *a, const td_model *m, const int32_t *pro
                        col[i].arm, col[i].ties.n_values, col[i].ties.n_reruns, tl);
             }
         for (int i = 0; i < 2; i++)
+            if (col[i].ties.n_unlogged) print_unlogged(i ? "B: " : "A: ", col[i].ties.n_unlogged);
+        for (int i = 0; i < 2; i++)
             if (col[i].qsa.n_rows) {
                 char ql[512];
                 td_qsa_follow_describe(&col[i].qsa, ql, sizeof ql);
@@ -692,6 +705,7 @@ int td_cmd_bisect(int argc, char **argv) {
             td_act_tie *log = NULL;
             int n_log = 0;
             td_act_ties_end(&log, &n_log);
+            ties.n_unlogged = td_act_ties_dropped();
             td_ties_keep_near(&ties, log, n_log);
             free(log);
         }
@@ -770,6 +784,7 @@ int td_cmd_bisect(int argc, char **argv) {
             cJSON_AddStringToObject(o, "control_arm", ctrl ? a.ctrl : "none");
             cJSON_AddStringToObject(o, "control_profile", !ctrl ? "none" : reuse_b ? declared : a.ctrl_profile);
             if (ties_on) cJSON_AddNumberToObject(o, "oracle_ties_taken", ties.n_values);
+            if (ties.n_unlogged) cJSON_AddNumberToObject(o, "oracle_ties_unlogged", (double)ties.n_unlogged);
             if (qsa_model && is_ref(a.a)) cJSON_AddNumberToObject(o, "oracle_qsa_taken", qf.n_rows);
             char *js2 = cJSON_PrintUnformatted(o);
             puts(js2);
@@ -789,6 +804,7 @@ int td_cmd_bisect(int argc, char **argv) {
             printf("the oracle took B's side of %d rounding tie(s) (%d oracle reruns; A's file records them): %s\n",
                    ties.n_values, ties.n_reruns, tl);
         }
+        if (ties.n_unlogged) print_unlogged("", ties.n_unlogged);
         if (qf.n_rows) {
             char ql[512];
             td_qsa_follow_describe(&qf, ql, sizeof ql);

@@ -280,6 +280,23 @@ Test(vulkan, f16_operand_tie_taken_and_conformant, .init = setup, .fini = teardo
     free(out);
 }
 
+/* The oracle's near-tie log is capped (profile.h TD_ACT_TIES_LOG_MAX): at a
+ * cap of 1 (TD_TIES_LOG_MAX) the tie above can no longer be taken; the JSON
+ * counts the near-ties past the cap, so the arm's divergence there reads as
+ * unexplained rather than as a bug found. */
+Test(vulkan, ties_past_the_log_cap_are_counted, .init = setup, .fini = teardown) {
+    require_vulkan();
+    const char *model = td_test_fixture(dir, "qwen3moe-ties");
+    char *out = NULL, v[64];
+    setenv("TD_TIES_LOG_MAX", "1", 1);
+    int rc = bisect3(model, "1,2,3,4,5,6,7,8", "2", &out);
+    unsetenv("TD_TIES_LOG_MAX");
+    cr_assert(rc == 0 || rc == 1, "three-arm bisect on qwen3moe-ties: exit %d\n%.600s", rc, out);
+    const char *bj = arm_b(out);
+    cr_assert_gt(atoi(field(bj, "\"oracle_ties_unlogged\"", v, sizeof v)), 1, "near-ties past the cap: '%s'", v);
+    free(out);
+}
+
 /* Flash attention on a quantized model: llama-q8_0's Q/K/V come out of f16
  * sums (acc-f16) equal in the oracle and its control, so only RoPE separates
  * them and the control's f16(Q*scale) and f16(K) meet no flip: attn_ctx had
