@@ -26,6 +26,7 @@
 
 #ifdef TD_HAVE_OPENBLAS
 #include <cblas.h>
+#include <dlfcn.h>
 #endif
 
 #include "cpu.h"
@@ -1770,6 +1771,17 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     // sgemm runs inside our tasks: one OpenBLAS thread, so a tile's result
     // never depends on how OpenBLAS would split it
     openblas_set_num_threads(1);
+    // The threaded build (Debian's default) started a server thread at load
+    // that polls for work with sched_yield for ~0.1 s of CPU, on the core a
+    // worker of ours would use, and no sgemm here ever hands it any. Its own
+    // shutdown, exported for its fork handler, ends it where the build has
+    // one (a later multi-threaded call would start it again).
+    void *sym = dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+    if (sym) {
+        int (*shutdown_fn)(void);
+        memcpy(&shutdown_fn, &sym, sizeof sym);
+        shutdown_fn();
+    }
 #endif
 
     b->n_ctx = p && p->n_ctx ? p->n_ctx : hp->n_ctx_train;
