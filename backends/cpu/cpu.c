@@ -212,10 +212,11 @@ typedef struct cpu_backend {
         uint8_t *p;
     } *packs;
     int n_packs, cap_packs;
-    // the copies' memory (pack_alloc): chunks handed out in order
+    // the copies' memory (pack_alloc): every chunk, and the one handed out in order
     uint8_t **pack_chunks;
     int n_pack_chunks;
-    size_t pack_used, pack_cap; // in the last chunk
+    uint8_t *pack_open;
+    size_t pack_used; // of pack_open's PACK_CHUNK bytes
     cpu_acts a;
     char version[320];
     struct cpu_q4 *q4;          // qwen4exp's own state (cpu_hc.c), NULL for other architectures
@@ -373,39 +374,26 @@ static unsigned act_fmt(const cpu_backend *b, int type) {
  * keep 4 KiB pages. NULL: no memory. */
 #define PACK_HUGE ((size_t)2 << 20)
 #define PACK_CHUNK ((size_t)64 << 20)
-static uint8_t *pack_huge(size_t cap) {
+static uint8_t *pack_chunk(cpu_backend *b, size_t cap) {
     void *p = NULL;
     if (posix_memalign(&p, PACK_HUGE, cap)) return NULL;
 #ifdef MADV_HUGEPAGE
     madvise(p, cap, MADV_HUGEPAGE);
 #endif
+    b->pack_chunks = td_xrealloc(b->pack_chunks, (size_t)(b->n_pack_chunks + 1) * sizeof *b->pack_chunks);
+    b->pack_chunks[b->n_pack_chunks++] = p;
     return p;
 }
 
 static uint8_t *pack_alloc(cpu_backend *b, size_t bytes) {
     bytes = bytes ? (bytes + 63) / 64 * 64 : 64;
-    if (bytes > PACK_CHUNK) { // a chunk of its own; the open one (last) stays open
-        uint8_t *p = pack_huge((bytes + PACK_HUGE - 1) / PACK_HUGE * PACK_HUGE);
-        if (!p) return NULL;
-        b->pack_chunks = td_xrealloc(b->pack_chunks, (size_t)(b->n_pack_chunks + 1) * sizeof *b->pack_chunks);
-        b->pack_chunks[b->n_pack_chunks] = p;
-        if (b->n_pack_chunks) { // swapped below the open chunk
-            b->pack_chunks[b->n_pack_chunks] = b->pack_chunks[b->n_pack_chunks - 1];
-            b->pack_chunks[b->n_pack_chunks - 1] = p;
-        } else {
-            b->pack_used = b->pack_cap = 0; // no open chunk yet
-        }
-        b->n_pack_chunks++;
-        return p;
+    // a chunk of its own; the open one stays open
+    if (bytes > PACK_CHUNK) return pack_chunk(b, (bytes + PACK_HUGE - 1) / PACK_HUGE * PACK_HUGE);
+    if (!b->pack_open || PACK_CHUNK - b->pack_used < bytes) {
+        if (!(b->pack_open = pack_chunk(b, PACK_CHUNK))) return NULL;
+        b->pack_used = 0;
     }
-    if (!b->n_pack_chunks || b->pack_cap - b->pack_used < bytes) {
-        uint8_t *p = pack_huge(PACK_CHUNK);
-        if (!p) return NULL;
-        b->pack_chunks = td_xrealloc(b->pack_chunks, (size_t)(b->n_pack_chunks + 1) * sizeof *b->pack_chunks);
-        b->pack_chunks[b->n_pack_chunks++] = p;
-        b->pack_used = 0, b->pack_cap = PACK_CHUNK;
-    }
-    uint8_t *p = b->pack_chunks[b->n_pack_chunks - 1] + b->pack_used;
+    uint8_t *p = b->pack_open + b->pack_used;
     b->pack_used += bytes;
     return p;
 }

@@ -26,7 +26,6 @@
 #include "ties.h"
 #include "qsafollow.h"
 
-
 /* An oracle run met more near-ties than its log keeps (profile.h
  * TD_ACT_TIES_LOG_MAX): the ties past it could not be taken. */
 static void print_unlogged(const char *who, int64_t n) {
