@@ -1679,6 +1679,30 @@ static void plan_formats(cpu_backend *b) {
     q4_plan_formats(b);
 }
 
+#ifdef TD_HAVE_OPENBLAS
+// sgemm runs inside our tasks: one OpenBLAS thread, so a tile's result never
+// depends on how OpenBLAS would split it. The threaded build (Debian's
+// default) started a server thread at load that polls for work with
+// sched_yield for ~0.1 s of CPU, on the core a worker of ours would use, and
+// no sgemm here ever hands it any. Its own shutdown, exported for its fork
+// handler, ends it where the build has one (a later multi-threaded call
+// would start it again).
+static void openblas_one_thread(void) {
+    openblas_set_num_threads(1);
+    void *sym = dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
+    if (sym) {
+        int (*shutdown_fn)(void);
+        memcpy(&shutdown_fn, &sym, sizeof sym);
+        shutdown_fn();
+    }
+}
+
+// Also at load (shared libraries' constructors, OpenBLAS's among them, run
+// before this program's): every verb of a program with this backend linked
+// in pays the polling otherwise, not only those that open the backend.
+__attribute__((constructor)) static void openblas_quiet_at_load(void) { openblas_one_thread(); }
+#endif
+
 static int cpu_open(td_backend **out, const td_model *m, const td_backend_params *p, td_err *err);
 
 const td_backend_vt td_cpu_backend = {
@@ -1756,20 +1780,7 @@ static int cpu_open(td_backend **out, const td_model *m, const td_backend_params
     const char *env = getenv("TD_CPU_GEMM_MIN_T");
     if (env && atoll(env) > 0) b->gemm_min_t = atoll(env);
 #ifdef TD_HAVE_OPENBLAS
-    // sgemm runs inside our tasks: one OpenBLAS thread, so a tile's result
-    // never depends on how OpenBLAS would split it
-    openblas_set_num_threads(1);
-    // The threaded build (Debian's default) started a server thread at load
-    // that polls for work with sched_yield for ~0.1 s of CPU, on the core a
-    // worker of ours would use, and no sgemm here ever hands it any. Its own
-    // shutdown, exported for its fork handler, ends it where the build has
-    // one (a later multi-threaded call would start it again).
-    void *sym = dlsym(RTLD_DEFAULT, "blas_thread_shutdown_");
-    if (sym) {
-        int (*shutdown_fn)(void);
-        memcpy(&shutdown_fn, &sym, sizeof sym);
-        shutdown_fn();
-    }
+    openblas_one_thread();
 #endif
 
     b->n_ctx = p && p->n_ctx ? p->n_ctx : hp->n_ctx_train;
