@@ -445,6 +445,20 @@ static const uint8_t *packed_weights(cpu_backend *b, const td_tensor *W) {
     return p;
 }
 
+/* The rows of a segment among the pool's threads, in multiples of `align`
+ * (results never depend on the split). Each thread's first task is one
+ * contiguous run of 3/4 of its share, the last quarter goes in small tasks
+ * (2 per thread) that balance the load when a thread is late. Measured on
+ * bench-q8_0's native decode at 2 threads: 76% of the bandwidth bound with
+ * 8 equal tasks per thread taken in turn, 86% so (likely the prefetchers:
+ * each task starts a stream cold, and taking turns made every start a jump). */
+static void split_rows(mm_seg *s, int64_t n_out, int64_t nt, int64_t align) {
+    s->big = n_out * 3 / (4 * nt) / align * align;
+    s->n_big = nt > 1 && s->big > 0 ? nt : 0;
+    s->chunk = (n_out - s->n_big * s->big) / (2 * nt) / align * align;
+    if (s->chunk < align) s->chunk = align;
+}
+
 /* Appends a segment to the job being built in b->segs, reading rows
  * r0 .. r0+T-1 of the input `in`. */
 static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row0, int64_t n_out, const cpu_in *in,
@@ -502,24 +516,8 @@ static void seg_add(cpu_backend *b, int *n_segs, const td_tensor *W, int64_t row
         s->x = in->xh[fmt == FMT_BF16] + r0 * n;
     }
     if (!op->needs_xsum) s->xsum = NULL;
-    if (s->packed) {
-        // whole groups per task. Each thread's first task is one run of 3/4
-        // of its share (measured, bench-q8_0 native decode at 2 threads: 76%
-        // of the bandwidth bound with 8 equal tasks per thread, 86% so); the
-        // last quarter in small tasks balances the load when a thread is
-        // late. Results do not depend on the split.
-        const int64_t nt = b->n_threads;
-        s->big = n_out * 3 / (4 * nt) / TD_CPU_PACK_ROWS * TD_CPU_PACK_ROWS;
-        s->n_big = nt > 1 && s->big > 0 ? nt : 0;
-        s->chunk = (n_out - s->n_big * s->big) / (2 * nt);
-        s->chunk = s->chunk < TD_CPU_PACK_ROWS ? TD_CPU_PACK_ROWS : s->chunk / TD_CPU_PACK_ROWS * TD_CPU_PACK_ROWS;
-    } else if (s->gemm) {
-        s->chunk = tile_rows(s->n_in);
-    } else {
-        // rows per task only balances the load; results do not depend on it
-        s->chunk = n_out / (8 * (int64_t)b->n_threads);
-        if (s->chunk < 8) s->chunk = 8;
-    }
+    if (s->gemm) s->chunk = tile_rows(s->n_in);
+    else split_rows(s, n_out, b->n_threads, s->packed ? TD_CPU_PACK_ROWS : 8); // packed: whole groups
     s->task0 = prev ? prev->task0 + prev->n_tasks : 0;
     s->n_tasks = s->n_big + (n_out - s->n_big * s->big + s->chunk - 1) / s->chunk;
     (*n_segs)++;
