@@ -529,8 +529,9 @@ fail_quiet:
  * Every HDF5 call of a sink is one of four commands (a step begun, a tap, a
  * step ended and committed, a root attribute), executed in the engine's
  * order. With the thread (the default) the engine's thread checks the call,
- * computes the fingerprint, copies the values a tap keeps and queues the
- * command; a thread of the sink runs beside it and is the only one to call
+ * copies the values a tap keeps (and those of a tap up to FP_LATER_MAX bytes,
+ * whose fingerprint the writer computes; a larger one's it computes itself)
+ * and queues the command; a thread of the sink runs beside it and is the only one to call
  * HDF5 while it lives, so the engine computes while the file is written.
  * Without it (TAPDIFF_TAP_THREAD=0, or another HDF5 file open in the process
  * when the sink opens: that caller uses HDF5 itself) the same commands run
@@ -565,6 +566,7 @@ typedef struct cmd {
     uint64_t count;
     int64_t shape[TD_TAP_MAX_DIMS];
     td_fingerprint fp;
+    int fp_later; // fp is the writer's to compute, from the queued values
     const void *data;
     char *key; // CMD_ATTR
     hid_t ftype, mtype;
@@ -577,6 +579,12 @@ typedef struct cmd {
 } cmd;
 
 #define QUEUE_CAP_DEFAULT (64u << 20)
+
+/* With the thread, a tap of at most this many bytes has its fingerprint
+ * computed by the writer, on its copy of the values (the same bits): the
+ * copy costs the engine a fraction of the summary's sequential sums, and a
+ * larger one would only add to the memory the queue holds. */
+#define FP_LATER_MAX ((size_t)1 << 20)
 
 static _Atomic int live_writers; // writer threads alive in the process
 
@@ -700,8 +708,9 @@ static void x_attr(td_tap_sink *s, const cmd *c) {
               td_taps_h5_last());
 }
 
-static void execute(td_tap_sink *s, const cmd *c) {
+static void execute(td_tap_sink *s, cmd *c) {
     if (atomic_load_explicit(&s->w_status, memory_order_relaxed) != TD_OK) return; // nothing after an error
+    if (c->kind == CMD_TAP && c->fp_later) td_fingerprint_compute(&c->fp, c->dtype, c->data, c->count);
     pthread_mutex_lock(&h5_mu);
     switch (c->kind) {
     case CMD_STEP_BEGIN: x_step_begin(s, c); break;
@@ -1108,12 +1117,15 @@ static void emit(td_tap_sink *s, int layer, const char *name, td_dtype dtype, co
     }
 
     const int has_data = !pre && s->mode == TD_TAP_FULL && filter_match(s, full);
-    const size_t nbytes = has_data ? (size_t)count * esize : 0;
+    const size_t vbytes = (size_t)count * esize;
+    const int fp_later = !pre && s->threaded && (has_data || vbytes <= FP_LATER_MAX);
+    const size_t nbytes = has_data || fp_later ? vbytes : 0;
     cmd local, *c = cmd_new(s, &local, CMD_TAP, nbytes);
     if (pre)
         c->fp = *pre;
-    else
+    else if (!fp_later)
         td_fingerprint_compute(&c->fp, dtype, data, count);
+    c->fp_later = fp_later;
     c->step_index = s->step_index;
     memcpy(c->full, full, (size_t)len + 1);
     c->dtype = dtype;

@@ -1420,6 +1420,53 @@ Test(taps, writer_thread_writes_the_bytes_of_the_inline_writer) {
     sample_compress = 4;
 }
 
+// The engine may reuse a tap's buffer as soon as the emit returns, whether the
+// writer thread keeps the values (full taps) or only computes their summary
+// from them later (small fingerprint-only taps): every tap here is emitted
+// from one buffer overwritten right after, so a queued pointer to it would
+// give the next tap's (or the garbage's) fingerprint.
+Test(taps, a_reused_buffer_gives_each_tap_its_own_fingerprint) {
+    enum { N = 3000, TAPS = 6 };
+    static const size_t sizes[] = {1, 100, N};
+    for (int mode = 0; mode < 2; mode++) {
+        const char *path = tmp_path(mode ? "reuse-full.h5" : "reuse-fp.h5");
+        td_err err = {{0}};
+        td_tap_options o = td_tap_options_default();
+        o.mode = mode ? TD_TAP_FULL : TD_TAP_FINGERPRINT;
+        td_tap_sink *s = NULL;
+        cr_assert_eq(td_tap_sink_open(&s, path, &o, &err), TD_OK, "%s", err.msg);
+        cr_assert(td_taps_threaded(s), "the writer thread runs");
+        cr_assert_eq(td_tap_step_begin(s, TD_STEP_PREFILL, 0, 1, &err), TD_OK, "%s", err.msg);
+        float *buf = malloc(N * sizeof *buf);
+        td_fingerprint want[TAPS];
+        for (int t = 0; t < TAPS; t++) {
+            const size_t n = sizes[t % 3];
+            for (size_t i = 0; i < n; i++) buf[i] = (float)(t + 1) * 0.25f + (float)i;
+            td_fingerprint_compute(&want[t], TD_DT_F32, buf, n);
+            char name[16];
+            snprintf(name, sizeof name, "t%d", t);
+            const int64_t shape[1] = {(int64_t)n};
+            td_tap_emit(s, -1, name, TD_DT_F32, buf, 1, shape);
+            for (size_t i = 0; i < N; i++) buf[i] = NAN;
+        }
+        free(buf);
+        cr_assert_eq(td_tap_step_end(s, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(td_tap_sink_close(s, &err), TD_OK, "%s", err.msg);
+        td_tapfile *f = NULL;
+        cr_assert_eq(td_tapfile_open(&f, path, &err), TD_OK, "%s", err.msg);
+        td_tap_info *taps = NULL;
+        int64_t n = 0;
+        cr_assert_eq(td_tapfile_step_taps(f, 0, &taps, &n, &err), TD_OK, "%s", err.msg);
+        cr_assert_eq(n, TAPS);
+        for (int t = 0; t < TAPS; t++) {
+            cr_expect_eq(taps[t].fp.n_nonfinite, 0, "%s: %llu non-finite values", taps[t].name,
+                         (unsigned long long)taps[t].fp.n_nonfinite);
+            check_fp(taps[t].name, &taps[t].fp, &want[t]);
+        }
+        td_tapfile_close(f);
+    }
+}
+
 // A caller with an HDF5 file of its own open (golden reads one tap file while
 // it writes another) gets no writer thread: HDF5 is not thread-safe.
 Test(taps, no_writer_thread_beside_an_open_hdf5_file) {
