@@ -81,10 +81,16 @@ static int agreed_has(const agreed_ties *a, const td_act_tie *t) {
 
 int td_ties_add(td_ties_report *rep, const td_act_tie *t, int read) {
     if (rep->n_flips == TD_TIES_FLIPS_MAX) return 0;
-    int known = 0;
-    for (int k = 0; k < rep->n_flips && !known; k++) known = same_value(&rep->flips[k], t);
+    // a value counts as read when any copy of it was, in whatever order they came
+    int known = 0, known_read = 0;
+    for (int k = 0; k < rep->n_flips; k++) {
+        if (!same_value(&rep->flips[k], t)) continue;
+        known = 1;
+        known_read |= rep->read[k];
+    }
     if (!known && rep->n_values == TD_TIES_MAX) return 0;
-    if (!known) rep->n_values++, rep->n_read += read;
+    if (!known) rep->n_values++;
+    if (read && !known_read) rep->n_read++;
     rep->read[rep->n_flips] = (unsigned char)read;
     rep->flips[rep->n_flips++] = *t;
     return 1;

@@ -81,7 +81,7 @@ typedef struct td_ties_report {
     int n_reruns; /* oracle runs the search made */
     int64_t n_unlogged; /* near-ties past the oracle's log cap (TD_ACT_TIES_LOG_MAX), the most of one run:
                            their sides could not be taken */
-    int n_read;   /* of the values, those read from the arm's taps */
+    int n_read;   /* of the values, those with a copy read from the arm's taps */
     unsigned char read[TD_TIES_FLIPS_MAX]; /* 1: flips[i] was read from the arm's taps, 0: found by the search */
     int n_near;   /* the final oracle run's near ties (TD_TIES_NOTE_TAU), nearest first */
     td_act_tie near[TD_TIES_NEAR_MAX];

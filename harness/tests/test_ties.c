@@ -34,6 +34,21 @@ Test(ties, copies_of_one_value_count_as_one_tie) {
     for (int i = 0; i < 7; i++) cr_expect_eq(rep.read[i], i < 4, "flip %d read %d", i, rep.read[i]);
 }
 
+/* A value first pinned by the search and later read from the arm's taps
+ * (another matmul's copy of it) is a read value: n_read counts values with
+ * any copy read, once each, whatever order the copies came in. */
+Test(ties, a_value_read_after_its_search_copy_counts_as_read) {
+    memset(&rep, 0, sizeof rep);
+    const td_act_tie a = tie(2, 0, 5, 0.5), b = tie(2, 1, 5, 0.5), c = tie(2, 2, 5, 0.5);
+    cr_assert_eq(td_ties_add(&rep, &a, 0), 1);
+    cr_expect_eq(rep.n_read, 0);
+    cr_assert_eq(td_ties_add(&rep, &b, 1), 1);
+    cr_expect_eq(rep.n_read, 1, "a value read on its second copy counted as %d read", rep.n_read);
+    cr_assert_eq(td_ties_add(&rep, &c, 1), 1);
+    cr_expect_eq(rep.n_read, 1, "one value read twice counted as %d", rep.n_read);
+    cr_expect_eq(rep.n_values, 1);
+}
+
 /* TD_TIES_MAX values of three copies each all fit (counted by copy, a third
  * of them would); past it a new value is refused and a copy of a kept one
  * is still taken. */
