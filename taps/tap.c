@@ -531,8 +531,9 @@ fail_quiet:
  * order. With the thread (the default) the engine's thread checks the call,
  * copies the values a tap keeps (and those of a tap up to FP_LATER_MAX bytes,
  * whose fingerprint the writer computes; a larger one's it computes itself)
- * and queues the command; a thread of the sink runs beside it and is the only one to call
- * HDF5 while it lives, so the engine computes while the file is written.
+ * and queues the command; a thread of the sink runs beside it and is the only
+ * one to call HDF5 while it lives, so the engine computes while the file is
+ * written.
  * Without it (TAPDIFF_TAP_THREAD=0, or another HDF5 file open in the process
  * when the sink opens: that caller uses HDF5 itself) the same commands run
  * at once on the engine's thread. Both write the same bytes.
