@@ -1463,6 +1463,7 @@ Test(taps, a_reused_buffer_gives_each_tap_its_own_fingerprint) {
                          (unsigned long long)taps[t].fp.n_nonfinite);
             check_fp(taps[t].name, &taps[t].fp, &want[t]);
         }
+        free(taps);
         td_tapfile_close(f);
     }
 }
